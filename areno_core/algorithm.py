@@ -1,0 +1,101 @@
+"""The contract between the core and an algorithm plugin.
+
+An algorithm is data plus pure tensor functions. The core owns everything else: the loop,
+microbatching, gradient accumulation, the optimizer, epochs over a rollout batch.
+
+Shapes used below: ``B`` rows, ``T`` tokens per row. Every per-token tensor is aligned with
+``input_ids``: position ``t`` describes token ``input_ids[:, t]`` (its log-probability given the
+tokens before it, whether it is a trainable target, its advantage, ...). Position 0 is never a
+target.
+
+``loss(outputs, batch, config) -> (loss, stats)``
+    ``outputs`` holds ``logprobs`` [B, T] of the policy being trained (and ``entropy`` [B, T],
+    ``values`` [B, T] when the algorithm asked for them). ``batch`` is the microbatch dict (see
+    :data:`areno_core.types.TrainBatch`) plus two float scalars describing the whole
+    accumulation group the microbatch belongs to: ``group_loss_tokens`` (number of target tokens)
+    and ``group_sequences`` (number of rows). A loss divides by those, not by microbatch sizes,
+    so summing the losses of all microbatches of a group gives the group's mean exactly.
+    ``stats`` maps names to detached scalar tensors (already weighted the same way, so the core
+    sums them across microbatches).
+
+``advantages(batch, config) -> batch``
+    Online algorithms only. Receives the whole rollout batch with ``rewards`` [B] (one scalar
+    per row), ``group_index`` [B] (rows sampled from the same prompt share it), ``loss_mask``,
+    and, when the algorithm needs them, ``values`` / ``ref_logprobs`` / ``old_logprobs``.
+    Returns the batch with ``advantages`` [B, T] (and ``returns`` [B, T] for critics) added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import attrs
+
+AlgorithmKind = Literal["supervised", "preference", "online"]
+Role = Literal["reference", "critic", "reward_model"]
+LossFn = Callable[[Mapping[str, Any], Mapping[str, Any], Any], "tuple[Any, dict[str, Any]]"]
+AdvantageFn = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+@attrs.frozen
+class RowSchema:
+    """The keys a loader must produce for an algorithm, and the types each may have."""
+
+    required: Mapping[str, tuple[type, ...]]
+    optional: Mapping[str, tuple[type, ...]] = attrs.field(factory=dict)
+    description: str = ""
+
+    def describe(self) -> str:
+        def fmt(spec: Mapping[str, tuple[type, ...]]) -> str:
+            return ", ".join(f"{k} ({'|'.join(t.__name__ for t in v)})" for k, v in spec.items())
+
+        text = f"required: {fmt(self.required)}"
+        if self.optional:
+            text += f"; optional: {fmt(self.optional)}"
+        return text
+
+
+@attrs.frozen
+class AlgorithmSpec:
+    """What an algorithm plugin registers.
+
+    ``config_cls`` is an attrs class whose field names are names of run options (for example
+    ``grpo_clip_eps``); the core fills each field from the resolved run config, so an algorithm
+    declares exactly the options it reads.
+    """
+
+    name: str
+    summary: str
+    kind: AlgorithmKind
+    row_schema: RowSchema
+    config_cls: type
+    loss: LossFn
+    advantages: AdvantageFn | None = None
+    roles: frozenset[str] = frozenset()
+    optional_roles: frozenset[str] = frozenset()
+    needs_entropy: bool = False
+    needs_values: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not self.name or "/" in self.name or self.name != self.name.strip():
+            raise ValueError(f"algorithm name {self.name!r} must be a non-empty word without '/'")
+        if self.kind == "online" and self.advantages is None:
+            raise ValueError(f"online algorithm {self.name!r} must define advantages()")
+        if not attrs.has(self.config_cls):
+            raise TypeError(f"algorithm {self.name!r}: config_cls must be an attrs class")
+
+    @property
+    def needs_rollout(self) -> bool:
+        return self.kind == "online"
+
+    def make_config(self, options: Any) -> Any:
+        """Build this algorithm's config from an object or mapping of run options."""
+        values: dict[str, Any] = {}
+        for field in attrs.fields(self.config_cls):
+            if isinstance(options, Mapping):
+                if field.name in options:
+                    values[field.name] = options[field.name]
+            elif hasattr(options, field.name):
+                values[field.name] = getattr(options, field.name)
+        return self.config_cls(**values)
