@@ -1,0 +1,65 @@
+"""The ``areno`` command."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+from rich.console import Console
+
+from areno_core import __version__
+from areno_core.errors import ArenoError
+
+err_console = Console(stderr=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="areno")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """areno: post-train language models with SFT, DPO, GRPO, GSPO, RLOO, PPO and agents."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    from rich.logging import RichHandler
+
+    logging.basicConfig(
+        level=level,
+        format="%(message)s",
+        handlers=[RichHandler(console=err_console, show_path=False)],
+        force=True,
+    )
+    # Library loggers live under "areno"; keep third-party noise at WARNING.
+    logging.getLogger("areno").setLevel(min(level, logging.INFO))
+
+
+def _register_commands() -> None:
+    from areno_core.cli.plugins_cmd import plugins
+    from areno_core.cli.train import train
+
+    cli.add_command(train)
+    cli.add_command(plugins)
+
+
+_register_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: user errors print one clear line, no traceback."""
+    try:
+        cli.main(args=argv, prog_name="areno", standalone_mode=False)
+    except click.exceptions.Abort:
+        err_console.print("Aborted.")
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except ArenoError as exc:
+        err_console.print(f"[bold red]Error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err_console.print("Interrupted.")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""``areno plugins``: which plugin distributions are installed and what each registered."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from areno_core.registry import KINDS, get_registry
+
+console = Console()
+
+
+def plugins_report() -> dict[str, object]:
+    """Machine-readable description of installed plugins, failures included."""
+    registry = get_registry()
+    plugins = []
+    for info in registry.plugins():
+        plugins.append(
+            {
+                "name": info.name,
+                "distribution": info.distribution,
+                "version": info.version,
+                "registered": registry.provided_by(info.name),
+            }
+        )
+    failures = [
+        {"name": f.name, "distribution": f.distribution, "version": f.version, "error": f.error}
+        for f in registry.failures
+    ]
+    return {"plugins": plugins, "failures": failures}
+
+
+@click.command("plugins")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def plugins(as_json: bool) -> None:
+    """List installed plugins, their versions, and what each registered."""
+    report = plugins_report()
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    table = Table(title="areno plugins", show_lines=True)
+    table.add_column("distribution")
+    table.add_column("version")
+    table.add_column("plugin")
+    table.add_column("registered")
+    for p in report["plugins"]:  # type: ignore[union-attr]
+        registered = p["registered"] or {}
+        lines = [f"{KINDS[k][1]}s: {', '.join(v)}" for k, v in registered.items()]
+        table.add_row(p["distribution"], p["version"], p["name"], "\n".join(lines) or "(nothing)")
+    if report["plugins"]:
+        console.print(table)
+    else:
+        console.print(
+            "No areno plugins are installed, so no algorithms or recipes are available.\n"
+            "Install some, e.g.: pip install areno-algos areno-recipes-math"
+        )
+    for f in report["failures"]:  # type: ignore[union-attr]
+        console.print(
+            f"[bold red]failed:[/] plugin {f['name']!r} from {f['distribution']} "
+            f"{f['version']}: {f['error']}",
+            highlight=False,
+        )

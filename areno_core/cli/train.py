@@ -1,0 +1,70 @@
+"""``areno train``: resolve options, validate everything cheap, then run the loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import yaml
+from rich.console import Console
+
+from areno_core.cli.options import (
+    SectionedCommand,
+    SectionedOption,
+    add_run_options,
+    explicit_options,
+)
+from areno_core.errors import NotAvailableError
+from areno_core.registry import get_registry
+from areno_core.resolve import resolve_run
+
+console = Console()
+
+TRAIN_HELP = """Train a model with one of the registered algorithms.
+
+The command owns the whole loop: loading and normalising the dataset, rollout and reward
+scoring for online RL, losses, optimizer steps, metrics and checkpoints.
+
+\b
+Example (CPU, tiny random model, real GSM8K rows):
+  areno train --algo sft --ckpt random:qwen3-tiny \\
+    --dataset-path data/gsm8k.jsonl --dataset-loader-fn loader.py
+
+Option precedence, lowest first: defaults, --recipe, --config, flags.
+"""
+
+
+@click.command("train", cls=SectionedCommand, help=TRAIN_HELP)
+@add_run_options
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    cls=SectionedOption,
+    section="basic",
+    help="YAML file of options (flat, or nested by section). Flags override it.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    cls=SectionedOption,
+    section="basic",
+    help="Resolve and validate every option, print the result, and exit without training.",
+)
+@click.pass_context
+def train(ctx: click.Context, config_path: str | None, dry_run: bool, **_: Any) -> None:
+    flags = explicit_options(ctx)
+    resolved = resolve_run(
+        flags, registry=get_registry(), config_path=config_path, check_capabilities=not dry_run
+    )
+    if dry_run:
+        console.print(yaml.safe_dump(resolved.config.to_dict(), sort_keys=False), highlight=False)
+        return
+    try:
+        from areno_core.run import run_training
+    except ImportError as exc:
+        raise NotAvailableError(
+            "the training engine is not available yet in this build of areno"
+        ) from exc
+    run_training(resolved)

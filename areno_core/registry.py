@@ -1,0 +1,171 @@
+"""The registry: every algorithm, loader, reward, agent, recipe and rollout engine, by name.
+
+Built from a plugin manager by calling each plugin's hooks with a ``register`` callback. What a
+plugin registers is validated; a name registered twice is an error naming both distributions.
+"""
+
+from __future__ import annotations
+
+import difflib
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+from areno_core.algorithm import AlgorithmSpec
+from areno_core.errors import ConfigError, PluginError
+from areno_core.log import get_logger
+from areno_core.plugins import ArenoPluginManager, PluginFailure, PluginInfo, get_plugin_manager
+from areno_core.recipe import Recipe
+
+logger = get_logger(__name__)
+T = TypeVar("T")
+
+# kind -> (hook name, human noun)
+KINDS: dict[str, tuple[str, str]] = {
+    "algorithms": ("register_algorithms", "algorithm"),
+    "dataset_loaders": ("register_dataset_loaders", "dataset loader"),
+    "rewards": ("register_rewards", "reward"),
+    "agents": ("register_agents", "agent"),
+    "recipes": ("register_recipes", "recipe"),
+    "rollout_engines": ("register_rollout_engines", "rollout engine"),
+}
+
+
+@attrs.frozen
+class Entry(Generic[T]):
+    name: str
+    obj: T
+    plugin: PluginInfo
+
+
+class Registry:
+    """Everything the installed plugins registered, looked up by kind and name."""
+
+    def __init__(self, pm: ArenoPluginManager) -> None:
+        self.pm = pm
+        self.entries: dict[str, dict[str, Entry[Any]]] = {kind: {} for kind in KINDS}
+        self.failures: list[PluginFailure] = list(pm.failures)
+        for kind, (hook_name, noun) in KINDS.items():
+            hook = getattr(pm.hook, hook_name)
+            for impl in hook.get_hookimpls():  # in registration order
+                self._collect(kind, noun, impl.plugin_name, impl.function)
+
+    # -- building -------------------------------------------------------------------------
+
+    def _collect(self, kind: str, noun: str, plugin_name: str, fn: Callable[..., Any]) -> None:
+        info = self.pm.info_for(plugin_name)
+        staged: list[Entry[Any]] = []
+
+        def register(*args: Any) -> None:
+            staged.append(self._make_entry(kind, noun, info, args))
+
+        try:
+            fn(register=register)
+        except PluginError:
+            raise
+        except Exception as exc:
+            detail = "".join(traceback.format_exception(exc))
+            error = f"{KINDS[kind][0]} failed: {type(exc).__name__}: {exc}"
+            logger.error("plugin %s: %s", info.label, error)
+            self.failures.append(
+                PluginFailure(info.name, info.distribution, info.version, error, detail)
+            )
+            return
+        table = self.entries[kind]
+        for entry in staged:
+            if entry.name in table:
+                first = table[entry.name].plugin
+                raise PluginError(
+                    f"{noun} {entry.name!r} is registered twice: by {first.label} and by "
+                    f"{entry.plugin.label}. Uninstall one, or disable one with "
+                    "ARENO_DISABLE_PLUGINS."
+                )
+            table[entry.name] = entry
+
+    @staticmethod
+    def _make_entry(kind: str, noun: str, info: PluginInfo, args: tuple[Any, ...]) -> Entry[Any]:
+        where = f"plugin {info.label}"
+        if kind == "algorithms":
+            if len(args) != 1 or not isinstance(args[0], AlgorithmSpec):
+                raise PluginError(f"{where}: register() for algorithms takes one AlgorithmSpec")
+            return Entry(args[0].name, args[0], info)
+        if kind == "recipes":
+            if len(args) != 1 or not isinstance(args[0], Recipe):
+                raise PluginError(f"{where}: register() for recipes takes one Recipe")
+            return Entry(args[0].name, args[0], info)
+        if len(args) != 2 or not isinstance(args[0], str) or not callable(args[1]):
+            raise PluginError(f"{where}: register() for {noun}s takes (name: str, function)")
+        name = args[0]
+        if not name.strip() or name != name.strip():
+            raise PluginError(f"{where}: {noun} name {name!r} is empty or has spaces around it")
+        return Entry(name, args[1], info)
+
+    # -- lookups --------------------------------------------------------------------------
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self.entries[kind])
+
+    def get(self, kind: str, name: str) -> Any:
+        table = self.entries[kind]
+        if name in table:
+            return table[name].obj
+        noun = KINDS[kind][1]
+        known = sorted(table)
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        if known:
+            listing = f"Registered {noun}s: {', '.join(known)}."
+        else:
+            listing = f"No {noun}s are registered. {_install_hint(kind)}"
+        raise ConfigError(f"unknown {noun} {name!r}.{hint} {listing}")
+
+    def algorithm(self, name: str) -> AlgorithmSpec:
+        return self.get("algorithms", name)
+
+    def recipe(self, name: str) -> Recipe:
+        return self.get("recipes", name)
+
+    def recipes(self, *, include_internal: bool = False) -> list[Recipe]:
+        found = [e.obj for e in self.entries["recipes"].values()]
+        if not include_internal:
+            found = [r for r in found if r.visibility == "public"]
+        return sorted(found, key=lambda r: r.name)
+
+    def provided_by(self, plugin_name: str) -> dict[str, list[str]]:
+        """What one plugin registered, by kind."""
+        out: dict[str, list[str]] = {}
+        for kind, table in self.entries.items():
+            names = sorted(n for n, e in table.items() if e.plugin.name == plugin_name)
+            if names:
+                out[kind] = names
+        return out
+
+    def plugins(self) -> Iterable[PluginInfo]:
+        return sorted(self.pm.infos.values(), key=lambda p: p.distribution)
+
+
+def _install_hint(kind: str) -> str:
+    if kind == "algorithms":
+        return "Install them with: pip install areno-algos"
+    if kind == "recipes":
+        return "Install a recipe pack, e.g.: pip install areno-recipes-math"
+    return "Install a plugin package that provides some."
+
+
+_REGISTRY: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The process-wide registry of installed plugins, built on first use."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = Registry(get_plugin_manager())
+    return _REGISTRY
+
+
+def set_registry(registry: Registry | None) -> None:
+    """Replace (or with ``None``, forget) the process-wide registry; used by tests and tools."""
+    global _REGISTRY
+    _REGISTRY = registry

@@ -1,0 +1,85 @@
+"""Test helpers for areno and for plugin authors (loaded as a pytest plugin).
+
+Fixtures:
+
+``install_areno_plugin``
+    ``install_areno_plugin(dist_name, module_name, source, version="0.0.1")`` writes a real
+    distribution (a module plus a ``.dist-info`` with an ``areno`` entry point) into a temporary
+    directory on ``sys.path`` and returns a fresh :class:`~areno_core.registry.Registry` that
+    sees it. The process-wide registry is reset afterwards.
+``areno_registry``
+    A fresh registry of the installed plugins, also set as the process-wide one.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from areno_core.plugins import get_plugin_manager
+from areno_core.registry import Registry, set_registry
+
+
+def write_distribution(
+    root: Path,
+    dist_name: str,
+    module_name: str,
+    source: str,
+    *,
+    version: str = "0.0.1",
+    entry_point_name: str | None = None,
+    extra_files: dict[str, str] | None = None,
+) -> None:
+    """Write an importable module and its ``.dist-info`` (with an areno entry point) to root."""
+    module_dir = root / module_name
+    module_dir.mkdir(parents=True, exist_ok=True)
+    (module_dir / "__init__.py").write_text(textwrap.dedent(source))
+    for rel, text in (extra_files or {}).items():
+        path = module_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    info = root / f"{dist_name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: {version}\n"
+    )
+    (info / "entry_points.txt").write_text(
+        f"[areno]\n{entry_point_name or module_name} = {module_name}\n"
+    )
+    (info / "top_level.txt").write_text(module_name + "\n")
+
+
+@pytest.fixture
+def areno_registry() -> Iterator[Registry]:
+    registry = Registry(get_plugin_manager())
+    set_registry(registry)
+    yield registry
+    set_registry(None)
+
+
+@pytest.fixture
+def install_areno_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., Registry]]:
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    installed: list[str] = []
+
+    def install(
+        dist_name: str, module_name: str, source: str, version: str = "0.0.1", **kw: object
+    ) -> Registry:
+        write_distribution(root, dist_name, module_name, source, version=version, **kw)  # type: ignore[arg-type]
+        installed.append(module_name)
+        registry = Registry(get_plugin_manager())
+        set_registry(registry)
+        return registry
+
+    yield install
+    set_registry(None)
+    for name in installed:
+        sys.modules.pop(name, None)

@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+import pytest
+
+from areno_core import hookimpl
+from areno_core.errors import ConfigError, PluginError
+from areno_core.plugins import get_plugin_manager
+from areno_core.registry import Registry
+
+REWARD_PACK = """
+from areno_core import hookimpl
+
+@hookimpl
+def register_rewards(register):
+    register("length_reward", lambda record: float(len(record.completion)))
+"""
+
+
+def test_entry_point_plugin_installed_as_distribution_appears_in_registry(
+    install_areno_plugin, monkeypatch
+):
+    monkeypatch.setenv("ARENO_PLUGINS", "third-party-rewards")
+    registry = install_areno_plugin("third-party-rewards", "tp_rewards", REWARD_PACK, "1.2.3")
+    infos = {p.distribution: p for p in registry.plugins()}
+    assert infos["third-party-rewards"].version == "1.2.3"
+    assert registry.provided_by("tp_rewards") == {"rewards": ["length_reward"]}
+    fn = registry.get("rewards", "length_reward")
+
+    class Rec:
+        completion = "abcd"
+
+    assert fn(Rec()) == 4.0
+
+
+def test_plugin_import_error_is_reported_and_skipped(install_areno_plugin, monkeypatch):
+    monkeypatch.setenv("ARENO_PLUGINS", "broken-pack,third-party-rewards")
+    install_areno_plugin("third-party-rewards", "tp_rewards2", REWARD_PACK)
+    registry = install_areno_plugin("broken-pack", "broken_pack", "import no_such_module_xyz\n")
+    [failure] = registry.failures
+    assert failure.distribution == "broken-pack"
+    assert "ModuleNotFoundError" in failure.error and "no_such_module_xyz" in failure.error
+    assert registry.names("rewards") == ["length_reward"]
+
+
+def test_misspelt_hook_name_is_rejected_with_suggestion(install_areno_plugin, monkeypatch):
+    monkeypatch.setenv("ARENO_PLUGINS", "typo-pack")
+    source = """
+from areno_core import hookimpl
+
+@hookimpl
+def register_reward(register):
+    register("x", lambda r: 0.0)
+"""
+    registry = install_areno_plugin("typo-pack", "typo_pack", source)
+    [failure] = registry.failures
+    assert "unknown hook 'register_reward'" in failure.error
+    assert "did you mean 'register_rewards'" in failure.error
+    assert registry.names("rewards") == []
+
+
+def test_duplicate_name_error_names_both_distributions(install_areno_plugin, monkeypatch):
+    monkeypatch.setenv("ARENO_PLUGINS", "pack-one,pack-two")
+    install_areno_plugin("pack-one", "pack_one", REWARD_PACK)
+    with pytest.raises(PluginError) as info:
+        install_areno_plugin("pack-two", "pack_two", REWARD_PACK, "2.0")
+    message = str(info.value)
+    assert "reward 'length_reward' is registered twice" in message
+    assert "pack-one 0.0.1" in message and "pack-two 2.0" in message
+
+
+def test_block_list_env_disables_named_plugin(install_areno_plugin, monkeypatch):
+    monkeypatch.delenv("ARENO_PLUGINS", raising=False)
+    monkeypatch.setenv("ARENO_DISABLE_PLUGINS", "blocked-pack")
+    registry = install_areno_plugin("blocked-pack", "blocked_pack", REWARD_PACK)
+    assert "blocked-pack" not in {p.distribution for p in registry.plugins()}
+
+
+def test_allow_list_empty_loads_no_plugins(monkeypatch):
+    monkeypatch.setenv("ARENO_PLUGINS", "")
+    registry = Registry(get_plugin_manager())
+    assert list(registry.plugins()) == []
+    with pytest.raises(ConfigError, match="No algorithms are registered. Install them with"):
+        registry.algorithm("gspo")
+
+
+def test_trace_env_logs_hook_calls(monkeypatch, caplog):
+    monkeypatch.setenv("ARENO_PLUGINS", "")
+    monkeypatch.setenv("ARENO_TRACE_PLUGINS", "1")
+    pm = get_plugin_manager()
+
+    class Local:
+        @hookimpl
+        def register_agents(self, register):
+            register("noop", lambda ctx, batch: None)
+
+    pm.register_plugin(Local(), "local")
+    with caplog.at_level("DEBUG", logger="areno.plugins"):
+        Registry(pm)
+        pm.hook.register_agents(register=lambda *a: None)
+    assert any("register_agents" in r.getMessage() for r in caplog.records)
+
+
+def test_hook_that_raises_is_reported_not_fatal(monkeypatch):
+    monkeypatch.setenv("ARENO_PLUGINS", "")
+    pm = get_plugin_manager()
+
+    class Bad:
+        @hookimpl
+        def register_recipes(self, register):
+            raise RuntimeError("boom")
+
+    pm.register_plugin(Bad(), "bad")
+    registry = Registry(pm)
+    assert registry.failures[0].error == "register_recipes failed: RuntimeError: boom"
+
+
+def test_register_with_wrong_arguments_raises_plugin_error(monkeypatch):
+    monkeypatch.setenv("ARENO_PLUGINS", "")
+    pm = get_plugin_manager()
+
+    class Wrong:
+        @hookimpl
+        def register_algorithms(self, register):
+            register("not a spec")
+
+    pm.register_plugin(Wrong(), "wrong")
+    with pytest.raises(PluginError, match="takes one AlgorithmSpec"):
+        Registry(pm)
+
+
+def test_unknown_name_lookup_suggests_close_names(toy_registry):
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'tyo'\. Did you mean 'toy'\?"):
+        toy_registry.algorithm("tyo")
