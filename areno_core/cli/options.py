@@ -46,8 +46,8 @@ def _show_default(field: attrs.Attribute) -> bool | str:
     meta = field.metadata
     if meta.get("default_text"):
         return str(meta["default_text"])
-    hidden = field.default is None or (isinstance(field.default, bool) and not meta.get("negatable"))
-    return not hidden
+    plain_flag = isinstance(field.default, bool) and not meta.get("negatable")
+    return not (field.default is None or plain_flag)
 
 
 def option_for(section: str, field: attrs.Attribute) -> SectionedOption:
