@@ -1,0 +1,1 @@
+"""Training infrastructure: optimizer and LR schedule, checkpoints, metrics, progress display."""

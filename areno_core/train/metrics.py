@@ -1,0 +1,210 @@
+"""Scalar metrics: TensorBoard event files plus a ``metrics.jsonl`` copy, and a section timer.
+
+::
+
+    metrics = MetricsLogger("runs/x/tensorboard")
+    timer = Timer()
+    with timer("rollout"):
+        ...
+    metrics.log({"train/loss": 0.52, "train/lr": 1e-6, **timer.pop()}, step=1)
+    metrics.close()
+
+    read_scalars("runs/x/tensorboard")  # {"train/loss": [(1, 0.52)], ...}
+
+Every key is namespaced: ``train/*`` (optimisation), ``rollout/*`` (generation and rewards),
+``time/*`` (wall-clock seconds and throughput) or ``eval/*`` (evaluations).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from areno_core.log import get_logger
+
+logger = get_logger(__name__)
+
+NAMESPACES: tuple[str, ...] = ("train", "rollout", "time", "eval")
+JSONL_FILE = "metrics.jsonl"
+
+
+class MetricsLogger:
+    """Write scalar metrics to TensorBoard and ``metrics.jsonl`` in ``log_dir``.
+
+    With ``log_dir=None`` nothing is written and only :attr:`history` is kept. Event files are
+    flushed every ``flush_secs`` seconds and on :meth:`close`; each jsonl line is flushed as
+    it is written. When resuming, pass ``purge_step`` (the first step the new run will log):
+    TensorBoard then hides the old run's points from that step on, and the jsonl file drops
+    its lines from that step on, so re-run steps are not recorded twice.
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str] | None,
+        *,
+        flush_secs: float = 10.0,
+        purge_step: int | None = None,
+    ) -> None:
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.history: list[dict[str, float | int]] = []
+        self._writer: Any = None
+        self._jsonl: Any = None
+        if self.log_dir is None:
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        jsonl_path = self.log_dir / JSONL_FILE
+        if purge_step is not None and jsonl_path.is_file():
+            _truncate_jsonl(jsonl_path, purge_step)
+        self._writer = SummaryWriter(
+            log_dir=str(self.log_dir), flush_secs=max(1, round(flush_secs)), purge_step=purge_step
+        )
+        self._jsonl = open(jsonl_path, "a")  # noqa: SIM115 - kept open until close()
+
+    def log(self, metrics: Mapping[str, float | int | torch.Tensor], step: int) -> None:
+        """Record ``metrics`` at ``step``: one jsonl line and one TensorBoard scalar per key.
+
+        Keys must start with one of ``train/``, ``rollout/``, ``time/``, ``eval/``. Values may
+        be numbers or one-element tensors; non-finite values are recorded as they are.
+        """
+        row: dict[str, float | int] = {"step": int(step)}
+        for key, value in metrics.items():
+            namespace, sep, name = key.partition("/")
+            if not sep or not name or namespace not in NAMESPACES:
+                raise ValueError(
+                    f"metric key {key!r} must start with one of "
+                    + ", ".join(f"{n}/" for n in NAMESPACES)
+                )
+            row[key] = _to_number(key, value)
+        self.history.append(row)
+        if self._writer is None:
+            return
+        for key, value in row.items():
+            if key != "step":
+                self._writer.add_scalar(key, value, global_step=step)
+        self._jsonl.write(json.dumps(row) + "\n")
+        self._jsonl.flush()
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+            self._jsonl.flush()
+
+    def close(self) -> None:
+        """Flush and close the files; safe to call twice."""
+        if self._writer is not None:
+            self._writer.close()
+            self._jsonl.close()
+            self._writer = None
+            self._jsonl = None
+
+    def __enter__(self) -> MetricsLogger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _to_number(key: str, value: Any) -> float | int:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"metric {key!r} is a tensor of {value.numel()} elements, not one")
+        value = value.item()
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"metric {key!r} is not a number: {value!r}") from exc
+
+
+def _truncate_jsonl(path: Path, purge_step: int) -> None:
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line).get("step", math.inf) < purge_step:
+                kept.append(line)
+        except ValueError:
+            continue
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    os.replace(tmp, path)
+
+
+def read_jsonl(log_dir: str | os.PathLike[str]) -> list[dict[str, float | int]]:
+    """The rows of ``metrics.jsonl`` in ``log_dir``, in order."""
+    path = Path(log_dir) / JSONL_FILE
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_scalars(log_dir: str | os.PathLike[str]) -> dict[str, list[tuple[int, float]]]:
+    """Read every scalar series back from the TensorBoard event files in ``log_dir``.
+
+    Uses TensorBoard's own reader, so the result is what TensorBoard shows: for each tag the
+    ``(step, value)`` points in the order written (values are stored as float32).
+    """
+    from tensorboard.backend.event_processing.event_accumulator import (
+        SCALARS,
+        EventAccumulator,
+    )
+
+    acc = EventAccumulator(str(log_dir), size_guidance={SCALARS: 0})
+    acc.Reload()
+    return {
+        tag: [(int(e.step), float(e.value)) for e in acc.Scalars(tag)]
+        for tag in sorted(acc.Tags()[SCALARS])
+    }
+
+
+class Timer:
+    """Accumulate wall-clock seconds per named section and report them as ``time/*`` metrics.
+
+    ::
+
+        timer = Timer()
+        with timer("rollout"):
+            ...
+        timer.pop()  # {"time/rollout": 1.93}, and the totals start again from zero
+
+    A section entered several times before :meth:`pop` adds up. With ``cuda_sync`` the timer
+    waits for queued GPU work at both ends of a section, so GPU time is counted where it runs.
+    """
+
+    def __init__(self, *, cuda_sync: bool = False) -> None:
+        self.cuda_sync = cuda_sync and torch.cuda.is_available()
+        self._totals: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        if self.cuda_sync:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.cuda_sync:
+                torch.cuda.synchronize()
+            elapsed = time.perf_counter() - start
+            name = name.removeprefix("time/")
+            self._totals[name] = self._totals.get(name, 0.0) + elapsed
+
+    def totals(self) -> dict[str, float]:
+        """Seconds per section since the last :meth:`pop`, keyed ``time/<name>``."""
+        return {f"time/{name}": secs for name, secs in self._totals.items()}
+
+    def pop(self) -> dict[str, float]:
+        """:meth:`totals`, then reset."""
+        out = self.totals()
+        self._totals.clear()
+        return out
