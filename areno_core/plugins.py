@@ -161,6 +161,9 @@ def get_plugin_manager(*, load_entry_points: bool = True) -> ArenoPluginManager:
     if os.environ.get(ENV_TRACE) == "1":
         pm.trace.root.setwriter(lambda msg: logger.debug("%s", msg.rstrip()))
         pm.enable_tracing()
+    from areno_core import __version__, builtins
+
+    pm.register_plugin(builtins, "core", "areno-core", __version__)
     if load_entry_points:
         load_entry_point_plugins(pm)
     return pm

@@ -78,7 +78,8 @@ def test_block_list_env_disables_named_plugin(install_areno_plugin, monkeypatch)
 def test_allow_list_empty_loads_no_plugins(monkeypatch):
     monkeypatch.setenv("ARENO_PLUGINS", "")
     registry = Registry(get_plugin_manager())
-    assert list(registry.plugins()) == []
+    assert [p.distribution for p in registry.plugins()] == ["areno-core"]
+    assert registry.names("rollout_engines") == ["native"]
     with pytest.raises(ConfigError, match="No algorithms are registered. Install them with"):
         registry.algorithm("gspo")
 

@@ -30,6 +30,12 @@ def cli(verbose: int) -> None:
     )
     # Library loggers live under "areno"; keep third-party noise at WARNING.
     logging.getLogger("areno").setLevel(min(level, logging.INFO))
+    try:  # transformers' own per-file progress bars would interleave with ours
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
 
 
 def _register_commands() -> None:

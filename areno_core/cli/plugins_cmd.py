@@ -50,11 +50,10 @@ def plugins(as_json: bool) -> None:
         registered = p["registered"] or {}
         lines = [f"{KINDS[k][1]}s: {', '.join(v)}" for k, v in registered.items()]
         table.add_row(p["distribution"], p["version"], p["name"], "\n".join(lines) or "(nothing)")
-    if report["plugins"]:
-        console.print(table)
-    else:
+    console.print(table)
+    if not get_registry().names("algorithms"):
         console.print(
-            "No areno plugins are installed, so no algorithms or recipes are available.\n"
+            "No algorithms are registered, so nothing can be trained yet.\n"
             "Install some, e.g.: pip install areno-algos areno-recipes-math"
         )
     for f in report["failures"]:  # type: ignore[union-attr]

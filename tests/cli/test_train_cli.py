@@ -101,8 +101,10 @@ def test_plugins_json_lists_plugin_and_registrations(capsys, toy_registry):
     code, out, _ = run_cli(capsys, "plugins", "--json")
     assert code == 0
     report = json.loads(out)
-    [plugin] = report["plugins"]
-    assert plugin["distribution"] == "toy-algo-pack"
+    by_dist = {p["distribution"]: p for p in report["plugins"]}
+    assert set(by_dist) == {"areno-core", "toy-algo-pack"}
+    assert by_dist["areno-core"]["registered"] == {"rollout_engines": ["native"]}
+    plugin = by_dist["toy-algo-pack"]
     assert plugin["registered"] == {"algorithms": ["toy"], "rewards": ["always_one"]}
 
 

@@ -1,0 +1,527 @@
+"""The backend-first training API.
+
+    model = TrainableModel.from_ckpt("random:qwen3-tiny")
+    backend = LocalBackend()
+    result = backend.train(model, rows, algorithm="sft", learning_rate=1e-4)
+    model.log(metrics=result.metrics, step=result.step)
+
+A backend owns how training runs (devices, microbatching, optimizer). ``train`` takes typed
+keyword arguments: anything it does not support is a ``TypeError`` at the call site, never
+silently ignored. Algorithm options (for example ``grpo_clip_eps``) are checked against the
+algorithm's own config class. The ``areno train`` CLI is built on this same API.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+import torch
+
+from areno_core.algorithm import AlgorithmSpec
+from areno_core.log import get_logger
+from areno_core.registry import get_registry
+from areno_core.train.batching import (
+    collate,
+    padding_fraction,
+    plan_steps,
+    select_rows,
+    sort_by_length,
+)
+from areno_core.train.featurize import preference_trajectories, sft_trajectories
+from areno_core.train.forward import policy_outputs, value_outputs
+from areno_core.train.metrics import MetricsLogger
+from areno_core.train.optim import build_optimizer, build_scheduler, clip_grad_norm
+from areno_core.types import TrainResult, Trajectory, TrajectoryGroup
+
+logger = get_logger(__name__)
+
+
+class TrainableModel:
+    """A policy and everything trained or scored with it.
+
+    Holds the policy module and tokenizer, the optional reference and critic, optimizer and
+    scheduler state (created by the backend on the first ``train`` call), the step counters and
+    the random generator that orders training rows (saved in checkpoints for exact resume).
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        tokenizer: Any,
+        *,
+        name: str = "policy",
+        ckpt: str | None = None,
+        reference: Any = None,
+        critic: Any = None,
+        seed: int = 0,
+        metrics_dir: str | None = None,
+    ) -> None:
+        self.name = name
+        self.ckpt = ckpt
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.reference = reference
+        self.critic = critic
+        self.step = 0
+        self.optimizer_steps = 0
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scheduler: Any = None
+        self.critic_optimizer: torch.optim.Optimizer | None = None
+        self.optimizer_settings: dict[str, Any] | None = None
+        self.generator = torch.Generator().manual_seed(seed)
+        self.rollout_generator = torch.Generator().manual_seed(seed + 1)
+        self._metrics = MetricsLogger(metrics_dir) if metrics_dir else None
+
+    @classmethod
+    def from_ckpt(
+        cls,
+        ckpt: str,
+        *,
+        ref_ckpt: str | None = None,
+        critic_ckpt: str | None = None,
+        device: str = "cpu",
+        seed: int = 0,
+        metrics_dir: str | None = None,
+        name: str = "policy",
+    ) -> TrainableModel:
+        """Load a policy (and optional reference/critic) from local paths, hub ids or random:."""
+        from areno_core.models.loading import load_model, load_model_and_tokenizer
+
+        torch.manual_seed(seed)
+        policy, tokenizer = load_model_and_tokenizer(ckpt, device=device)
+        reference = load_model(ref_ckpt, device=device, role="reference") if ref_ckpt else None
+        critic = None
+        if critic_ckpt:
+            from areno_core.models.loading import load_value_model
+
+            critic = load_value_model(critic_ckpt, device=device)
+        return cls(
+            policy,
+            tokenizer,
+            name=name,
+            ckpt=ckpt,
+            reference=reference,
+            critic=critic,
+            seed=seed,
+            metrics_dir=metrics_dir,
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.policy.parameters()).device
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.tokenizer.eos_token_id)
+
+    def ensure_reference(self) -> Any:
+        """The reference model; a frozen copy of the current policy if none was given."""
+        if self.reference is None:
+            if self.step > 0:
+                logger.warning(
+                    "no reference model was given; using a frozen copy of the policy as it "
+                    "is now (after %d steps), not the initial policy",
+                    self.step,
+                )
+            self.reference = copy.deepcopy(self.policy)
+        self.reference.eval()
+        self.reference.requires_grad_(False)
+        return self.reference
+
+    def ensure_critic(self) -> Any:
+        """The critic; the policy checkpoint's backbone with a fresh value head if none given."""
+        if self.critic is None:
+            from areno_core.models.loading import load_value_model
+
+            if self.ckpt is None:
+                raise ValueError("PPO needs a critic: pass critic= or load with from_ckpt")
+            self.critic = load_value_model(self.ckpt, device=str(self.device))
+        return self.critic
+
+    def log(
+        self,
+        groups: Sequence[TrajectoryGroup] | None = None,
+        *,
+        metrics: Mapping[str, float] | None = None,
+        step: int | None = None,
+        split: str = "train",
+    ) -> dict[str, float]:
+        """Log metrics (and rollout statistics of ``groups``) explicitly; returns what it logged."""
+        values: dict[str, float] = dict(metrics or {})
+        if groups:
+            rewards = torch.tensor([r for g in groups for r in g.rewards], dtype=torch.float64)
+            prefix = "rollout" if split == "train" else split
+            values.update(
+                {
+                    f"{prefix}/reward_mean": float(rewards.mean()),
+                    f"{prefix}/reward_std": float(rewards.std(unbiased=False)),
+                    f"{prefix}/reward_min": float(rewards.min()),
+                    f"{prefix}/reward_max": float(rewards.max()),
+                }
+            )
+        if self._metrics is not None and values:
+            self._metrics.log(values, step if step is not None else self.step)
+        return values
+
+    def close(self) -> None:
+        if self._metrics is not None:
+            self._metrics.close()
+
+
+@attrs.frozen
+class _Prepared:
+    spec: AlgorithmSpec
+    config: Any
+    trajectories: list[Trajectory]
+    unit_rows: int
+    skipped: int
+
+
+class LocalBackend:
+    """Trains in this process, on CPU or one GPU."""
+
+    def __init__(self, *, device: str | None = None) -> None:
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    def train(
+        self,
+        model: TrainableModel,
+        data: Sequence[TrajectoryGroup] | Sequence[Mapping[str, Any]],
+        *,
+        algorithm: str = "grpo",
+        learning_rate: float = 1e-6,
+        min_lr: float = 1e-7,
+        lr_decay_steps: int = 1000,
+        lr_decay_style: Literal["cosine", "linear", "constant"] = "cosine",
+        adam_betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.01,
+        adam_8bit: bool = False,
+        grad_clip_norm: float = 1.0,
+        mini_bs: int = 16,
+        gradient_accumulation_steps: int | None = None,
+        activation_checkpointing: bool = False,
+        temperature: float = 1.0,
+        max_prompt_tokens: int = 1024,
+        max_new_tokens: int = 3071,
+        disable_thinking: bool = False,
+        critic_lr: float = 1e-5,
+        critic_warmup_steps: int = 0,
+        **algorithm_options: Any,
+    ) -> TrainResult:
+        """Run one trainer step on ``data`` and return its metrics.
+
+        ``data`` is a list of rows for supervised and preference algorithms (``prompt`` and
+        ``response``, or ``prompt``/``chosen``/``rejected``) and a list of
+        :class:`TrajectoryGroup` for online algorithms. The rows are shuffled, split into
+        microbatches of ``mini_bs`` rows, and ``gradient_accumulation_steps`` microbatches make
+        one optimizer step (default: all of them, i.e. one optimizer step per call). Several
+        optimizer steps per call make the importance ratios of online algorithms move away
+        from 1 within the call, so their clipping acts.
+        """
+        started = time.perf_counter()
+        spec = get_registry().algorithm(algorithm)
+        config = _algorithm_config(spec, algorithm_options)
+        prepared = self._prepare(
+            model,
+            data,
+            spec,
+            config,
+            max_prompt_tokens=max_prompt_tokens,
+            max_new_tokens=max_new_tokens,
+            disable_thinking=disable_thinking,
+        )
+        self.setup(
+            model,
+            spec,
+            learning_rate=learning_rate,
+            min_lr=min_lr,
+            lr_decay_steps=lr_decay_steps,
+            lr_decay_style=lr_decay_style,
+            adam_betas=adam_betas,
+            weight_decay=weight_decay,
+            adam_8bit=adam_8bit,
+            activation_checkpointing=activation_checkpointing,
+            critic_lr=critic_lr,
+        )
+        metrics: dict[str, float] = {}
+        if prepared.trajectories:
+            metrics = self._run_updates(
+                model,
+                prepared,
+                mini_bs=mini_bs,
+                accumulation=gradient_accumulation_steps,
+                grad_clip_norm=grad_clip_norm,
+                temperature=temperature,
+                train_actor=model.step >= critic_warmup_steps or "critic" not in spec.roles,
+            )
+        else:
+            logger.warning("step %d: no trainable rows; nothing was updated", model.step + 1)
+        model.step += 1
+        metrics["train/skipped_rows"] = float(prepared.skipped)
+        metrics["time/train"] = time.perf_counter() - started
+        return TrainResult(step=model.step, metrics=metrics)
+
+    # -- preparation ----------------------------------------------------------------------
+
+    def _prepare(
+        self,
+        model: TrainableModel,
+        data: Sequence[Any],
+        spec: AlgorithmSpec,
+        config: Any,
+        **featurize: Any,
+    ) -> _Prepared:
+        if spec.kind == "online":
+            if data and not isinstance(data[0], TrajectoryGroup):
+                raise TypeError(
+                    f"algorithm {spec.name!r} trains on TrajectoryGroup objects, got "
+                    f"{type(data[0]).__name__}"
+                )
+            trajectories = [t for g in data for t in g.trajectories]
+            return _Prepared(spec, config, trajectories, 1, 0)
+        if data and isinstance(data[0], TrajectoryGroup):
+            raise TypeError(f"algorithm {spec.name!r} trains on dataset rows, not trajectories")
+        if spec.kind == "preference":
+            trajectories, stats = preference_trajectories(data, model.tokenizer, **featurize)
+            return _Prepared(spec, config, trajectories, 2, stats.skipped_long_prompts)
+        trajectories, stats = sft_trajectories(data, model.tokenizer, **featurize)
+        return _Prepared(spec, config, trajectories, 1, stats.skipped_long_prompts)
+
+    def setup(
+        self,
+        model: TrainableModel,
+        spec: AlgorithmSpec,
+        *,
+        learning_rate: float = 1e-6,
+        min_lr: float = 1e-7,
+        lr_decay_steps: int = 1000,
+        lr_decay_style: str = "cosine",
+        adam_betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.01,
+        adam_8bit: bool = False,
+        activation_checkpointing: bool = False,
+        critic_lr: float = 1e-5,
+    ) -> None:
+        """Create optimizers, schedulers and roles before the first step (``train`` calls it;
+        call it yourself to restore optimizer state before training, e.g. when resuming)."""
+        if "reference" in spec.roles:
+            model.ensure_reference()
+        policy = model.policy
+        if activation_checkpointing and not getattr(policy, "is_gradient_checkpointing", False):
+            policy.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        if model.optimizer is None:
+            model.optimizer = build_optimizer(
+                [p for p in policy.parameters() if p.requires_grad],
+                lr=learning_rate,
+                betas=adam_betas,
+                weight_decay=weight_decay,
+                adam_8bit=adam_8bit,
+            )
+            model.scheduler = build_scheduler(
+                model.optimizer,
+                lr=learning_rate,
+                min_lr=min_lr,
+                decay_steps=lr_decay_steps,
+                style=lr_decay_style,
+            )
+        settings = {
+            "learning_rate": learning_rate,
+            "min_lr": min_lr,
+            "lr_decay_steps": lr_decay_steps,
+            "lr_decay_style": lr_decay_style,
+            "adam_betas": tuple(adam_betas),
+            "weight_decay": weight_decay,
+            "adam_8bit": adam_8bit,
+        }
+        if model.optimizer_settings is None:
+            model.optimizer_settings = settings
+        elif settings != model.optimizer_settings:
+            changed = sorted(k for k in settings if settings[k] != model.optimizer_settings[k])
+            raise ValueError(
+                f"optimizer settings are fixed by the first train() call of a model; "
+                f"{', '.join(changed)} changed (was "
+                f"{', '.join(f'{k}={model.optimizer_settings[k]!r}' for k in changed)})"
+            )
+        if "critic" in spec.roles and model.critic_optimizer is None:
+            critic = model.ensure_critic()
+            model.critic_optimizer = build_optimizer(
+                [p for p in critic.parameters() if p.requires_grad],
+                lr=critic_lr,
+                betas=adam_betas,
+                weight_decay=weight_decay,
+                adam_8bit=False,
+            )
+
+    # -- the update -----------------------------------------------------------------------
+
+    def _run_updates(
+        self,
+        model: TrainableModel,
+        prepared: _Prepared,
+        *,
+        mini_bs: int,
+        accumulation: int | None,
+        grad_clip_norm: float,
+        temperature: float,
+        train_actor: bool,
+    ) -> dict[str, float]:
+        spec, config = prepared.spec, prepared.config
+        device = model.device
+        batch = collate(prepared.trajectories, model.pad_id)
+        rows = batch["input_ids"].shape[0]
+        score_plan = _score_plan(batch["lengths"], mini_bs)
+        if "reference" in spec.roles or (
+            "reference" in spec.optional_roles and getattr(config, "use_kl_loss", False)
+        ):
+            reference = model.ensure_reference()
+            batch["ref_logprobs"] = _score(
+                batch,
+                score_plan,
+                device,
+                lambda mb: policy_outputs(reference, mb, temperature=temperature)["logprobs"],
+            )
+        critic = model.ensure_critic() if "critic" in spec.roles else None
+        if critic is not None:
+            batch["values"] = _score(batch, score_plan, device, lambda mb: value_outputs(critic, mb))
+        if spec.advantages is not None:
+            batch = spec.advantages(batch, config)
+        rollout_stats = dict(batch.pop("rollout_stats", None) or {})
+
+        steps = plan_steps(
+            rows // prepared.unit_rows,
+            prepared.unit_rows,
+            mini_bs,
+            accumulation,
+            model.generator,
+        )
+        steps = [sort_by_length(s, batch["lengths"], prepared.unit_rows) for s in steps]
+        policy = model.policy
+        policy.train()
+        if critic is not None:
+            critic.train()
+        totals: dict[str, float] = {}
+        mins: dict[str, float] = {}
+        maxs: dict[str, float] = {}
+        grad_norms, losses = [], []
+        target_tokens = 0.0
+        t0 = time.perf_counter()
+        for step_rows in steps:
+            flat = [r for micro in step_rows for r in micro]
+            index = torch.tensor(flat)
+            group_tokens = batch["loss_mask"][index].sum().clamp(min=1.0)
+            group_rows = torch.tensor(float(len(flat)))
+            target_tokens += float(group_tokens)
+            step_loss = torch.zeros((), dtype=torch.float64)
+            for micro in step_rows:
+                mb = _to_device(select_rows(batch, micro), device)
+                mb["group_loss_tokens"] = group_tokens.to(device)
+                mb["group_sequences"] = group_rows.to(device)
+                outputs = policy_outputs(
+                    policy, mb, temperature=temperature, need_entropy=spec.kind == "online"
+                )
+                if critic is not None:
+                    outputs["values"] = value_outputs(critic, mb)
+                loss, stats = spec.loss(outputs, mb, config)
+                loss.backward()
+                step_loss += loss.detach().double().cpu()
+                _merge_stats(stats, totals, mins, maxs)
+            norm = clip_grad_norm(list(policy.parameters()), grad_clip_norm)
+            if train_actor:
+                model.optimizer.step()  # type: ignore[union-attr]
+                model.scheduler.step()
+                model.optimizer_steps += 1
+            model.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+            if critic is not None:
+                clip_grad_norm(list(critic.parameters()), grad_clip_norm)
+                model.critic_optimizer.step()  # type: ignore[union-attr]
+                model.critic_optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+            grad_norms.append(float(norm))
+            losses.append(float(step_loss))
+        elapsed = time.perf_counter() - t0
+        n_steps = len(steps)
+        metrics = {k: v / n_steps for k, v in totals.items()}
+        metrics.update(mins)
+        metrics.update(maxs)
+        metrics.update(
+            {
+                "train/loss": sum(losses) / n_steps,
+                "train/grad_norm": sum(grad_norms) / n_steps,
+                "train/lr": float(model.optimizer.param_groups[0]["lr"]),  # type: ignore[union-attr]
+                "train/optimizer_steps": float(n_steps),
+                "train/target_tokens": target_tokens,
+                "train/tokens_per_s": float(batch["lengths"].sum()) / max(elapsed, 1e-9),
+                "train/padding_fraction": padding_fraction(
+                    [m for s in steps for m in s], batch["lengths"]
+                ),
+            }
+        )
+        if spec.kind == "online":
+            metrics.update(_advantage_stats(batch))
+        metrics.update({k: float(v) for k, v in rollout_stats.items()})
+        return metrics
+
+
+def _algorithm_config(spec: AlgorithmSpec, options: Mapping[str, Any]) -> Any:
+    valid = {f.name for f in attrs.fields(spec.config_cls)}
+    unknown = sorted(set(options) - valid)
+    if unknown:
+        raise TypeError(
+            f"LocalBackend.train() got unexpected keyword argument(s) {', '.join(unknown)} for "
+            f"algorithm {spec.name!r}; its options are: {', '.join(sorted(valid)) or 'none'}"
+        )
+    return spec.make_config(dict(options))
+
+
+def _score_plan(lengths: torch.Tensor, mini_bs: int) -> list[list[int]]:
+    order = torch.argsort(lengths).tolist()
+    return [order[i : i + mini_bs] for i in range(0, len(order), mini_bs)]
+
+
+@torch.no_grad()
+def _score(batch: dict[str, Any], plan: list[list[int]], device: torch.device, fn: Any) -> torch.Tensor:
+    """Run a no-grad scorer over the batch in length-sorted microbatches; [B, T] on CPU."""
+    out = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)
+    for rows in plan:
+        mb = _to_device(select_rows(batch, rows), device)
+        values = fn(mb).float().cpu()
+        out[torch.tensor(rows), : values.shape[1]] = values
+    return out
+
+
+def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _merge_stats(
+    stats: Mapping[str, Any],
+    totals: dict[str, float],
+    mins: dict[str, float],
+    maxs: dict[str, float],
+) -> None:
+    """Combine per-microbatch stats: ``*_max`` by max, ``*_min`` by min, the rest by sum."""
+    for key, value in stats.items():
+        v = float(value)
+        if key.endswith("_max"):
+            maxs[key] = max(maxs.get(key, v), v)
+        elif key.endswith("_min"):
+            mins[key] = min(mins.get(key, v), v)
+        else:
+            totals[key] = totals.get(key, 0.0) + v
+
+
+def _advantage_stats(batch: Mapping[str, Any]) -> dict[str, float]:
+    mask = batch["loss_mask"]
+    adv = batch["advantages"]
+    n = mask.sum().clamp(min=1.0)
+    mean = (adv * mask).sum() / n
+    return {
+        "train/advantage_mean": float(mean),
+        "train/advantage_abs_mean": float((adv.abs() * mask).sum() / n),
+    }

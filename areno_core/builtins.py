@@ -1,0 +1,15 @@
+"""What areno-core registers itself, through the same hooks as any plugin."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from areno_core.hookspecs import hookimpl
+
+
+@hookimpl
+def register_rollout_engines(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    from areno_core.rollout.native import create_native_engine
+
+    register("native", create_native_engine)

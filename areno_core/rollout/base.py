@@ -1,0 +1,152 @@
+"""What every rollout engine provides, and the session that brackets a rollout phase.
+
+A training step runs ``with RolloutSession(engine, drop_state=...)``: inside, the loop calls
+``engine.generate(prompt_token_ids, sampling, n=...)``; on exit the engine either keeps its
+buffers for the next step (the default, less setup per step) or frees them
+(``--drop-rollout-state``, more memory for the train phase).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import attrs
+
+from areno_core.types import Completion, SamplingParams
+
+AttnBackend = Literal["flash", "native"]
+ATTN_BACKENDS: tuple[str, ...] = ("flash", "native")
+
+
+def _positive_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (not isinstance(value, int) or value < 1):
+        raise ValueError(f"{attribute.name} must be a positive integer or None, got {value!r}")
+
+
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _attn_backend(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in ATTN_BACKENDS:
+        raise ValueError(f"{attribute.name} must be one of {ATTN_BACKENDS}, got {value!r}")
+
+
+@attrs.frozen
+class EngineOptions:
+    """How a rollout engine runs; sampling itself is described by ``SamplingParams``."""
+
+    max_running: int | None = attrs.field(
+        default=None,
+        validator=_positive_or_none,
+        metadata={
+            "help": "Most sequences decoded at once (--max-running-prompts). None runs every "
+            "requested sample of a generate() call together."
+        },
+    )
+    max_prompt_tokens: int = attrs.field(
+        default=1024,
+        validator=_positive,
+        metadata={
+            "help": "Prompts with more tokens are skipped: generate() returns no completion "
+            "for them and counts them in stats['skipped_prompts'] (--max-prompt-tokens)."
+        },
+    )
+    attn_backend: AttnBackend = attrs.field(
+        default="flash",
+        validator=_attn_backend,
+        metadata={
+            "help": "Attention kernels for rollout: 'flash' needs flash-attn and a CUDA GPU "
+            "and otherwise falls back to 'native' (torch SDPA) with a warning (--attn-backend)."
+        },
+    )
+    eager_decode: bool = attrs.field(
+        default=False,
+        metadata={
+            "help": "Run decode steps eagerly instead of replaying a CUDA graph "
+            "(--eager-decode). Matters only for engines that capture CUDA graphs."
+        },
+    )
+    prefill_batch_tokens: int = attrs.field(
+        default=16384,
+        validator=_positive,
+        metadata={
+            "help": "Upper bound on padded prompt tokens per prefill forward pass; larger "
+            "admissions are split into several passes."
+        },
+    )
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """The interface the training loop and the agentic server use to sample completions."""
+
+    stats: dict[str, float]
+    """Counters for the current session: ``skipped_prompts``, ``generated_tokens``,
+    ``generate_time_s`` and engine-specific extras."""
+
+    def start_session(self) -> None:
+        """Prepare for a rollout phase and reset ``stats``."""
+
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingParams, *, n: int = 1
+    ) -> list[list[Completion]]:
+        """Sample ``n`` completions per prompt; result ``[i]`` belongs to ``prompts[i]``.
+
+        A prompt longer than the engine's ``max_prompt_tokens`` gets an empty list.
+        """
+
+    def sync_weights(self, state_dict_or_model: Mapping[str, Any] | Any) -> None:
+        """Make the engine sample from these weights (a state dict or a module)."""
+
+    def end_session(self, *, drop_state: bool = False) -> None:
+        """Finish the rollout phase; with ``drop_state`` free caches and buffers."""
+
+
+class RolloutSession:
+    """Context manager around one rollout phase of an engine.
+
+    >>> with RolloutSession(engine, drop_state=False) as session:  # doctest: +SKIP
+    ...     groups = session.generate(prompt_ids, SamplingParams(max_new_tokens=64), n=8)
+    """
+
+    def __init__(self, engine: RolloutEngine, *, drop_state: bool = False) -> None:
+        self.engine = engine
+        self.drop_state = drop_state
+        self._active = False
+
+    def __enter__(self) -> RolloutSession:
+        self.engine.start_session()
+        self._active = True
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._active = False
+        self.engine.end_session(drop_state=self.drop_state)
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingParams, *, n: int = 1
+    ) -> list[list[Completion]]:
+        """Forward to the engine's ``generate``; only valid inside the ``with`` block."""
+        if not self._active:
+            raise RuntimeError("RolloutSession.generate() called outside its 'with' block")
+        return self.engine.generate(prompts, sampling, n=n)
+
+    @property
+    def stats(self) -> dict[str, float]:
+        return self.engine.stats
+
+
+__all__ = ["ATTN_BACKENDS", "AttnBackend", "EngineOptions", "RolloutEngine", "RolloutSession"]

@@ -1,0 +1,898 @@
+"""The native rollout engine: batched sampling from the very module being trained.
+
+``NativeEngine`` runs the policy (a transformers causal LM) with a KV cache on CPU or one GPU,
+in ``torch.inference_mode()`` and eval mode, then puts the module back as it found it. No
+weights are copied, so ``sync_weights`` is free when handed the shared module.
+
+How a ``generate()`` call runs
+------------------------------
+Each (prompt, sample) pair is a *request*. At most ``max_running`` requests occupy *rows* of a
+batch at once (continuous batching): when a row finishes (EOS or ``max_new_tokens``) a waiting
+request takes it over, so the batch stays full while long and short completions mix.
+
+The KV cache (:class:`_KVStore`) is one preallocated ``[rows, kv_heads, columns, head_dim]``
+buffer per layer, plus a ``[rows, columns]`` attention mask. All rows share one column window
+``[lo, hi)``: a row's tokens are right-aligned at ``hi`` (left padding) and the mask hides the
+columns before its first token; every token carries an explicit position id, so where a row
+sits in the buffer does not change what the model computes. A decode step writes column ``hi``
+for every row and moves ``hi`` one to the right; the window's left edge follows the oldest
+running row, so finished rows stop costing attention. Admitting requests prefills their prompts
+in batches (identical prompts of the ``n`` samples are run once) and writes their keys and
+values straight into the rows they take, ending at column ``hi``. Rows that finish with nobody
+waiting are closed by moving the last rows into the gaps. The buffers grow (or the window is
+moved back to the left) only when the window reaches the end, so this happens rarely; between
+``generate()`` calls they are kept unless the session ends with ``drop_state``.
+
+Per decode step the engine makes one device-to-host copy (the sampled tokens and their
+logprobs, needed to spot EOS); everything else is tensor ops on all rows or numpy bookkeeping.
+
+Random numbers are a hash of ``(seed, request, token index)``, so a request samples the same
+tokens whatever else runs in its batch and whatever ``max_running`` is (up to floating-point
+differences between batch shapes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+from torch import nn
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from areno_core.errors import NotAvailableError
+from areno_core.log import get_logger, warn_once
+from areno_core.rollout.base import EngineOptions
+from areno_core.rollout.sampling import counter_uniform, is_greedy, sample_next, validate_sampling
+from areno_core.types import Completion, FinishReason, SamplingParams
+
+logger = get_logger(__name__)
+
+_COLUMN_ALIGN = 64
+_STAT_KEYS = (
+    "prompts",
+    "skipped_prompts",
+    "completions",
+    "prompt_tokens",
+    "generated_tokens",
+    "prefill_forwards",
+    "decode_steps",
+    "peak_running",
+    "generate_time_s",
+    "tokens_per_s",
+    "weight_syncs",
+)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+class _StoreLayer(CacheLayerMixin):
+    """One model layer's slice of the :class:`_KVStore`, seen by transformers as a cache layer.
+
+    ``keys`` / ``values`` are the whole preallocated buffers; what attention sees is decided by
+    the store (its row count and column window).
+    """
+
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, store: _KVStore, index: int) -> None:
+        super().__init__()
+        self._store = store
+        self.index = index
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._store.write(self, key_states, value_states)
+
+    def get_seq_length(self) -> int:
+        return self._store.past_length
+
+    def get_mask_sizes(self, query_length: int | torch.Tensor) -> tuple[int, int]:
+        if isinstance(query_length, torch.Tensor):  # older transformers pass cache_position
+            query_length = int(query_length.shape[0])
+        return self._store.past_length + query_length, 0
+
+    def get_max_length(self) -> int:
+        return -1
+
+
+@attrs.define
+class _PrefillPlan:
+    """Where the keys/values of one prefill forward go: ``rows`` of the store, taking batch
+    row ``src[i]`` for store row ``rows[i]`` (``src`` None: the identity), with ``pad`` [b, 1, P, 1]
+    marking left-padding columns to zero out."""
+
+    rows: torch.Tensor
+    src: torch.Tensor | None
+    pad: torch.Tensor | None
+
+
+class _KVStore:
+    """Preallocated KV buffers shared by the running rows, plus per-row decode state."""
+
+    def __init__(self, num_layers: int, device: torch.device) -> None:
+        self.device = device
+        self.layers = [_StoreLayer(self, i) for i in range(num_layers)]
+        self.cache = Cache(layers=list(self.layers))
+        self.rows = 0  # row capacity
+        self.cols = 0  # column capacity
+        self.n = 0  # rows in use: [0, n)
+        self.lo = 0  # column window [lo, hi) seen by attention
+        self.hi = 0
+        self.start = np.zeros(0, dtype=np.int64)  # first valid column of each row
+        self.mask: torch.Tensor | None = None  # [rows, cols] bool
+        self.next_token = torch.zeros(0, dtype=torch.long)  # token each row feeds next
+        self.position = torch.zeros(0, dtype=torch.long)  # its position id
+        self.rng_key = torch.zeros(0, dtype=torch.long)  # the row's request key
+        self.count = torch.zeros(0, dtype=torch.long)  # tokens the row has sampled
+        self._plan: _PrefillPlan | None = None
+
+    # -- sizes -------------------------------------------------------------------------------
+
+    @property
+    def past_length(self) -> int:
+        return 0 if self._plan is not None else self.hi - self.lo
+
+    def nbytes(self) -> int:
+        total = 0 if self.mask is None else self.mask.numel()
+        for layer in self.layers:
+            for buf in (layer.keys, layer.values):
+                if buf is not None:
+                    total += buf.numel() * buf.element_size()
+        return total
+
+    def begin(self, rows: int) -> None:
+        """Start a generate() call needing ``rows`` rows; keeps buffers that are big enough."""
+        if rows > self.rows or self.mask is None:
+            self.free()
+            self.rows = rows
+            self.mask = torch.zeros(rows, self.cols, dtype=torch.bool, device=self.device)
+            self.next_token = torch.zeros(rows, dtype=torch.long, device=self.device)
+            self.position = torch.zeros_like(self.next_token)
+            self.rng_key = torch.zeros_like(self.next_token)
+            self.count = torch.zeros_like(self.next_token)
+        self.start = np.zeros(self.rows, dtype=np.int64)
+        self.n = 0
+        self.lo = self.hi = 0
+
+    def free(self) -> None:
+        for layer in self.layers:
+            layer.keys = layer.values = None
+            layer.is_initialized = False
+        self.mask = None
+        empty = torch.zeros(0, dtype=torch.long)
+        self.next_token = self.position = self.rng_key = self.count = empty
+        self.rows = self.cols = self.n = self.lo = self.hi = 0
+
+    # -- layout ------------------------------------------------------------------------------
+
+    def _allocated_buffers(self) -> Iterator[tuple[_StoreLayer, str]]:
+        for layer in self.layers:
+            if layer.keys is not None:
+                yield layer, "keys"
+                yield layer, "values"
+
+    def reserve(self, left: int, right: int, pending_left: int = 0) -> None:
+        """Make columns ``[hi - left, hi + right)`` exist, moving or growing buffers if needed.
+
+        ``pending_left`` is the longest prompt still waiting: when the window has to move
+        anyway, it is placed so that prompt will fit without another move.
+        """
+        if self.n == 0:
+            self.lo = self.hi
+        if self.hi >= left and self.hi + right <= self.cols:
+            return
+        width = self.hi - self.lo
+        new_lo = max(0, left - width, pending_left - width)
+        end = new_lo + width + right
+        slack = max(_COLUMN_ALIGN, width // 2, right)
+        if end + slack <= self.cols:
+            self._move_window(new_lo)
+        else:
+            self._resize(_round_up(end + slack, _COLUMN_ALIGN), new_lo)
+
+    def _move_window(self, new_lo: int) -> None:
+        n, lo, hi = self.n, self.lo, self.hi
+        width = hi - lo
+        if n and width:
+            for layer, name in self._allocated_buffers():
+                buf = getattr(layer, name)
+                buf[:n, :, new_lo : new_lo + width] = buf[:n, :, lo:hi].clone()
+            assert self.mask is not None
+            self.mask[:n, new_lo : new_lo + width] = self.mask[:n, lo:hi].clone()
+        self._shift(new_lo - lo)
+
+    def _resize(self, cols: int, new_lo: int) -> None:
+        n, lo, hi = self.n, self.lo, self.hi
+        width = hi - lo
+        for layer, name in self._allocated_buffers():
+            old = getattr(layer, name)
+            new = old.new_zeros(old.shape[0], old.shape[1], cols, old.shape[3])
+            if n and width:
+                new[:n, :, new_lo : new_lo + width] = old[:n, :, lo:hi]
+            setattr(layer, name, new)
+        assert self.mask is not None
+        mask = self.mask.new_zeros(self.rows, cols)
+        if n and width:
+            mask[:n, new_lo : new_lo + width] = self.mask[:n, lo:hi]
+        self.mask = mask
+        self.cols = cols
+        self._shift(new_lo - lo)
+        logger.debug("rollout KV cache now %d rows x %d columns", self.rows, cols)
+
+    def _shift(self, delta: int) -> None:
+        self.start[: self.n] += delta
+        self.lo += delta
+        self.hi += delta
+
+    def refresh_window(self) -> None:
+        """Move the window's left edge to the first column any running row uses."""
+        self.lo = int(self.start[: self.n].min()) if self.n else self.hi
+
+    # -- rows --------------------------------------------------------------------------------
+
+    def open_rows(self, rows: np.ndarray, starts: np.ndarray) -> None:
+        """Prepare ``rows`` to receive prompts whose first tokens sit at columns ``starts``."""
+        assert self.mask is not None
+        new_lo = int(starts.min())
+        if self.n and new_lo < self.lo:
+            self.mask[: self.n, new_lo : self.lo] = False
+        self.lo = min(self.lo, new_lo) if self.n else new_lo
+        self.n = max(self.n, int(rows.max()) + 1)
+        self.start[rows] = starts
+        columns = torch.arange(self.lo, self.hi, device=self.device)
+        rows_t = torch.from_numpy(rows).to(self.device)
+        starts_t = torch.from_numpy(starts).to(self.device)
+        self.mask[rows_t, self.lo : self.hi] = columns.unsqueeze(0) >= starts_t.unsqueeze(1)
+
+    def move_rows(self, src: Sequence[int], dst: Sequence[int]) -> None:
+        """Copy the state of rows ``src`` into rows ``dst`` (disjoint sets)."""
+        assert self.mask is not None
+        s = torch.tensor(src, dtype=torch.long, device=self.device)
+        d = torch.tensor(dst, dtype=torch.long, device=self.device)
+        lo, hi = self.lo, self.hi
+        for layer, name in self._allocated_buffers():
+            buf = getattr(layer, name)
+            buf[d, :, lo:hi] = buf[s, :, lo:hi]
+        self.mask[d, lo:hi] = self.mask[s, lo:hi]
+        for state in (self.next_token, self.position, self.rng_key, self.count):
+            state[d] = state[s]
+        self.start[list(dst)] = self.start[list(src)]
+
+    # -- what the model's attention layers call -----------------------------------------------
+
+    def write(
+        self, layer: _StoreLayer, keys: torch.Tensor, values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if layer.keys is None:
+            shape = (self.rows, keys.shape[1], self.cols, keys.shape[3])
+            layer.keys = keys.new_zeros(shape)
+            layer.values = values.new_zeros((*shape[:3], values.shape[3]))
+            layer.lazy_initialization(keys, values)
+        assert layer.values is not None
+        plan = self._plan
+        if plan is not None:
+            if plan.pad is not None:
+                keys = keys.masked_fill(plan.pad, 0)
+                values = values.masked_fill(plan.pad, 0)
+            first = self.hi - keys.shape[2]
+            picked_k = keys if plan.src is None else keys.index_select(0, plan.src)
+            picked_v = values if plan.src is None else values.index_select(0, plan.src)
+            layer.keys[plan.rows, :, first : self.hi] = picked_k
+            layer.values[plan.rows, :, first : self.hi] = picked_v
+            return keys, values
+        n, lo, hi = self.n, self.lo, self.hi
+        end = hi + keys.shape[2]
+        layer.keys[:n, :, hi:end] = keys
+        layer.values[:n, :, hi:end] = values
+        return layer.keys[:n, :, lo:end], layer.values[:n, :, lo:end]
+
+    @contextlib.contextmanager
+    def prefilling(self, plan: _PrefillPlan) -> Iterator[None]:
+        self._plan = plan
+        try:
+            yield
+        finally:
+            self._plan = None
+
+    def decode_inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Inputs for one decode step of every running row: ids, 2D mask, position ids."""
+        assert self.mask is not None
+        n = self.n
+        self.mask[:n, self.hi] = True
+        return (
+            self.next_token[:n].unsqueeze(1),
+            self.mask[:n, self.lo : self.hi + 1],
+            self.position[:n].unsqueeze(1),
+        )
+
+    def advance(self) -> None:
+        self.hi += 1
+        self.position[: self.n] += 1
+
+
+@attrs.define
+class _RawOutput:
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: FinishReason
+
+
+class _Generation:
+    """The state of one ``generate()`` call: waiting requests, running rows, finished outputs."""
+
+    def __init__(
+        self,
+        engine: NativeEngine,
+        store: _KVStore,
+        prompts: Sequence[Sequence[int]],
+        kept: list[int],
+        sampling: SamplingParams,
+        n: int,
+        seed: int,
+    ) -> None:
+        self.engine = engine
+        self.store = store
+        self.prompts = prompts
+        self.sampling = sampling
+        self.seed = seed
+        self.greedy = is_greedy(sampling)
+        self.max_new = sampling.max_new_tokens
+        self.budget = engine.options.prefill_batch_tokens
+        self.stop_ids = np.array(
+            sorted(set(engine.eos_token_ids) | set(sampling.stop_token_ids)), dtype=np.int64
+        )
+        kept_arr = np.asarray(kept, dtype=np.int64)
+        self.req_prompt = np.repeat(kept_arr, n)
+        self.req_key = self.req_prompt * n + np.tile(np.arange(n, dtype=np.int64), len(kept))
+        self.prompt_len = np.zeros(len(prompts), dtype=np.int64)
+        self.prompt_len[kept_arr] = [len(prompts[i]) for i in kept]
+        req_len = self.prompt_len[self.req_prompt]
+        self.pending_max = np.maximum.accumulate(req_len[::-1])[::-1]  # longest waiting prompt
+        self.num_requests = len(self.req_prompt)
+        self.next_request = 0
+        running = engine.options.max_running or self.num_requests
+        self.capacity = min(running, self.num_requests)
+        store.begin(self.capacity)
+        self.row_request = np.full(self.capacity, -1, dtype=np.int64)
+        self.row_count = np.zeros(self.capacity, dtype=np.int64)
+        self.history_tokens = np.zeros((self.capacity, self.max_new), dtype=np.int64)
+        self.history_logprobs = np.zeros((self.capacity, self.max_new), dtype=np.float32)
+        self.outputs: list[_RawOutput | None] = [None] * self.num_requests
+        self.prefill_forwards = 0
+        self.decode_steps = 0
+        self.peak_running = 0
+
+    # -- main loop ---------------------------------------------------------------------------
+
+    def run(self) -> list[_RawOutput | None]:
+        store = self.store
+        holes: list[int] = []
+        while True:
+            while self.next_request < self.num_requests and (holes or store.n < self.capacity):
+                free = holes + list(range(store.n, self.capacity))
+                take = min(len(free), self.num_requests - self.next_request)
+                n_before = store.n
+                holes = [r for r in free[take:] if r < n_before]
+                holes += self._admit(np.asarray(free[:take], dtype=np.int64))
+            if holes:
+                self._close(holes)
+                holes = []
+            if store.n == 0:
+                return self.outputs
+            self.peak_running = max(self.peak_running, store.n)
+            holes = self._decode_step()
+
+    def _pending_left(self) -> int:
+        if self.next_request >= self.num_requests:
+            return 0
+        return int(self.pending_max[self.next_request])
+
+    def _admit(self, rows: np.ndarray) -> list[int]:
+        """Give the next ``len(rows)`` requests these rows; return rows that already finished."""
+        first = self.next_request
+        requests = np.arange(first, first + len(rows))
+        self.next_request += len(rows)
+        unique_prompts, which = np.unique(self.req_prompt[requests], return_inverse=True)
+        by_length = np.argsort(-self.prompt_len[unique_prompts], kind="stable")
+        finished: list[int] = []
+        chunk: list[int] = []
+        for u in by_length.tolist():
+            longest = self.prompt_len[unique_prompts[chunk[0] if chunk else u]]
+            if chunk and (len(chunk) + 1) * longest > self.budget:
+                finished += self._prefill(rows, requests, unique_prompts, which, chunk)
+                chunk = []
+            chunk.append(u)
+        finished += self._prefill(rows, requests, unique_prompts, which, chunk)
+        return finished
+
+    def _prefill(
+        self,
+        rows: np.ndarray,
+        requests: np.ndarray,
+        unique_prompts: np.ndarray,
+        which: np.ndarray,
+        chunk: list[int],
+    ) -> list[int]:
+        """Prefill the prompts ``unique_prompts[chunk]`` and start every request using them."""
+        store, device = self.store, self.store.device
+        chunk_arr = np.asarray(chunk, dtype=np.int64)
+        selected = np.isin(which, chunk_arr)
+        rows, requests = rows[selected], requests[selected]
+        remap = np.full(len(unique_prompts), -1, dtype=np.int64)
+        remap[chunk_arr] = np.arange(len(chunk_arr))
+        src = remap[which[selected]]
+        prompt_ids = unique_prompts[chunk_arr]
+        lengths = self.prompt_len[prompt_ids]
+        width = int(lengths.max())
+
+        ids = np.zeros((len(prompt_ids), width), dtype=np.int64)
+        valid = np.zeros((len(prompt_ids), width), dtype=bool)
+        for j, p in enumerate(prompt_ids.tolist()):
+            ids[j, width - lengths[j] :] = self.prompts[p]
+            valid[j, width - lengths[j] :] = True
+        ids_t = torch.from_numpy(ids).to(device)
+        valid_t = torch.from_numpy(valid).to(device)
+        positions = (valid_t.long().cumsum(-1) - 1).clamp_(min=0)
+
+        store.reserve(left=width, right=0, pending_left=self._pending_left())
+        starts = store.hi - lengths[src]
+        store.open_rows(rows, starts)
+        rows_t = torch.from_numpy(rows).to(device)
+        identity = len(src) == len(prompt_ids) and bool((src == np.arange(len(src))).all())
+        src_t = None if identity else torch.from_numpy(src).to(device)
+        plan = _PrefillPlan(
+            rows=rows_t,
+            src=src_t,
+            pad=None if valid.all() else ~valid_t[:, None, :, None],
+        )
+        with store.prefilling(plan):
+            logits = self.engine._forward(ids_t, valid_t, positions, store.cache)
+        self.prefill_forwards += 1
+        if src_t is not None:
+            logits = logits.index_select(0, src_t)
+
+        keys = torch.from_numpy(self.req_key[requests]).to(device)
+        store.position[rows_t] = torch.from_numpy(lengths[src]).to(device)
+        store.rng_key[rows_t] = keys
+        tokens, logprobs = self._sample(logits, keys, torch.zeros_like(keys))
+        store.next_token[rows_t] = tokens
+        store.count[rows_t] = 1
+        self.row_request[rows] = requests
+        self.row_count[rows] = 0
+        return self._record(rows, tokens, logprobs)
+
+    def _decode_step(self) -> list[int]:
+        store = self.store
+        store.reserve(left=0, right=1, pending_left=self._pending_left())
+        input_ids, mask, positions = store.decode_inputs()
+        logits = self.engine._forward(input_ids, mask, positions, store.cache)
+        store.advance()
+        self.decode_steps += 1
+        n = store.n
+        tokens, logprobs = self._sample(logits, store.rng_key[:n], store.count[:n])
+        store.next_token[:n] = tokens
+        store.count[:n] += 1
+        return self._record(np.arange(n), tokens, logprobs)
+
+    def _sample(
+        self, logits: torch.Tensor, keys: torch.Tensor, counters: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.greedy:
+            return sample_next(logits, self.sampling)
+        uniform = counter_uniform(self.seed, keys, counters)
+        return sample_next(logits, self.sampling, uniform=uniform)
+
+    def _record(self, rows: np.ndarray, tokens: torch.Tensor, logprobs: torch.Tensor) -> list[int]:
+        """Append one sampled token to each row; finish rows that stopped; return them."""
+        host = torch.stack((tokens.double(), logprobs.double())).cpu().numpy()  # the one sync
+        token_np = host[0].astype(np.int64)
+        counts = self.row_count[rows]
+        self.history_tokens[rows, counts] = token_np
+        self.history_logprobs[rows, counts] = host[1]
+        counts += 1
+        self.row_count[rows] = counts
+        stopped = np.isin(token_np, self.stop_ids)
+        done = stopped | (counts >= self.max_new)
+        finished = rows[done]
+        for row, stop in zip(finished.tolist(), stopped[done].tolist(), strict=True):
+            count = int(self.row_count[row])
+            self.outputs[int(self.row_request[row])] = _RawOutput(
+                token_ids=self.history_tokens[row, :count].tolist(),
+                logprobs=self.history_logprobs[row, :count].tolist(),
+                finish_reason="stop" if stop else "length",
+            )
+            self.row_request[row] = -1
+        return finished.tolist()
+
+    def _close(self, holes: list[int]) -> None:
+        """Remove finished rows nobody is waiting for by moving the last rows into the gaps."""
+        store = self.store
+        gone = set(holes)
+        keep = store.n - len(gone)
+        gaps = sorted(h for h in gone if h < keep)
+        movers = [r for r in range(keep, store.n) if r not in gone]
+        if gaps:
+            store.move_rows(movers, gaps)
+            self.row_request[gaps] = self.row_request[movers]
+            self.row_count[gaps] = self.row_count[movers]
+            self.history_tokens[gaps] = self.history_tokens[movers]
+            self.history_logprobs[gaps] = self.history_logprobs[movers]
+        store.n = keep
+        store.refresh_window()
+
+
+class NativeEngine:
+    """Rollout engine that samples from the training module itself (see the module docstring).
+
+    ``tokenizer_or_eos_ids`` is either a tokenizer (its ``eos_token_id`` and the model's
+    ``generation_config.eos_token_id`` end a completion, and completions get decoded ``text``)
+    or the exact EOS token ids (an int or a sequence of ints; ``text`` is then empty).
+    """
+
+    name = "native"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer_or_eos_ids: Any = None,
+        options: EngineOptions | None = None,
+    ) -> None:
+        self.model = model
+        self.options = options if options is not None else EngineOptions()
+        self.tokenizer, self.eos_token_ids = _resolve_eos(model, tokenizer_or_eos_ids)
+        text_config = _text_config(model)
+        _check_full_attention(text_config)
+        self._num_layers = int(text_config.num_hidden_layers)
+        self.attn_implementation = _pick_attention(model, self.options.attn_backend)
+        if self.options.eager_decode:
+            logger.debug("eager_decode set: the native engine never captures CUDA graphs anyway")
+        self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._store: _KVStore | None = None
+        self._in_session = False
+        self.stats: dict[str, float] = dict.fromkeys(_STAT_KEYS, 0.0)
+
+    # -- session -----------------------------------------------------------------------------
+
+    def start_session(self) -> None:
+        if self._in_session:
+            raise RuntimeError("start_session() called while a rollout session is already open")
+        self._in_session = True
+        self.stats = dict.fromkeys(_STAT_KEYS, 0.0)
+
+    def end_session(self, *, drop_state: bool = False) -> None:
+        self._in_session = False
+        if drop_state:
+            self.drop_state()
+
+    def drop_state(self) -> None:
+        """Free the KV cache and per-row buffers (they are rebuilt on the next generate())."""
+        if self._store is not None:
+            device = self._store.device
+            self._store.free()
+            self._store = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes held by the KV cache and masks between generate() calls."""
+        return 0 if self._store is None else self._store.nbytes()
+
+    def sync_weights(self, state_dict_or_model: Mapping[str, Any] | nn.Module) -> None:
+        """Load new policy weights. The shared module itself is a no-op; a state dict (possibly
+        partial) or another module's weights are copied into the module in place."""
+        self.stats["weight_syncs"] += 1
+        if state_dict_or_model is self.model:
+            return
+        if isinstance(state_dict_or_model, nn.Module):
+            state = state_dict_or_model.state_dict()
+        elif isinstance(state_dict_or_model, Mapping):
+            state = dict(state_dict_or_model)
+        else:
+            raise TypeError(
+                "sync_weights() takes a state dict or a torch module, "
+                f"got {type(state_dict_or_model).__name__}"
+            )
+        with torch.no_grad():
+            result = self.model.load_state_dict(state, strict=False)
+        if result.unexpected_keys:
+            raise ValueError(
+                "sync_weights(): keys not in the policy model: "
+                + ", ".join(sorted(result.unexpected_keys)[:5])
+            )
+        logger.debug("synced %d tensors into the rollout model", len(state))
+
+    # -- generation --------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        *,
+        n: int = 1,
+        generator: torch.Generator | None = None,
+    ) -> list[list[Completion]]:
+        """Sample ``n`` completions for each prompt (token ids). See the module docstring.
+
+        The random stream comes from ``sampling.seed`` when set, else one draw from
+        ``generator`` (or torch's global generator).
+        """
+        validate_sampling(sampling)
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        began = time.perf_counter()
+        kept: list[int] = []
+        for i, prompt in enumerate(prompts):
+            if len(prompt) == 0:
+                raise ValueError(f"prompt {i} has no tokens")
+            if len(prompt) <= self.options.max_prompt_tokens:
+                kept.append(i)
+        skipped = len(prompts) - len(kept)
+        if skipped:
+            warn_once(
+                logger,
+                "rollout.skipped_prompts",
+                "skipping prompts longer than max_prompt_tokens=%d (counted in "
+                "rollout stats 'skipped_prompts')",
+                self.options.max_prompt_tokens,
+            )
+        results: list[list[Completion]] = [[] for _ in prompts]
+        run: _Generation | None = None
+        if kept:
+            seed = _resolve_seed(sampling, generator)
+            with self._rollout_mode():
+                run = _Generation(self, self._get_store(), prompts, kept, sampling, n, seed)
+                raw = run.run()
+            self._fill_results(results, prompts, run, raw, n)
+        self._update_stats(prompts, kept, results, run, time.perf_counter() - began)
+        return results
+
+    def _get_store(self) -> _KVStore:
+        device = _model_device(self.model)
+        if self._store is None or self._store.device != device:
+            self.drop_state()
+            self._store = _KVStore(self._num_layers, device)
+        return self._store
+
+    @contextlib.contextmanager
+    def _rollout_mode(self) -> Iterator[None]:
+        model = self.model
+        was_training = model.training
+        config = getattr(model, "config", None)
+        previous = getattr(config, "_attn_implementation", None)
+        switch = (
+            previous is not None
+            and previous != self.attn_implementation
+            and hasattr(model, "set_attn_implementation")
+        )
+        model.eval()
+        try:
+            if switch:
+                model.set_attn_implementation(self.attn_implementation)
+            with torch.inference_mode():
+                yield
+        finally:
+            if switch:
+                model.set_attn_implementation(previous)
+            model.train(was_training)
+
+    def _forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: Cache,
+    ) -> torch.Tensor:
+        """Run the model; return the logits of the last position of each row, [B, V]."""
+        kwargs: dict[str, Any] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "past_key_values": cache,
+            "use_cache": True,
+        }
+        if self._takes_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        return self.model(**kwargs).logits[:, -1, :]
+
+    def _fill_results(
+        self,
+        results: list[list[Completion]],
+        prompts: Sequence[Sequence[int]],
+        run: _Generation,
+        raw: list[_RawOutput | None],
+        n: int,
+    ) -> None:
+        outputs = [out for out in raw if out is not None]
+        assert len(outputs) == len(raw), "every request must finish"
+        texts = [""] * len(outputs)
+        if self.tokenizer is not None:
+            bodies = [
+                o.token_ids[:-1] if o.finish_reason == "stop" else o.token_ids for o in outputs
+            ]
+            texts = self.tokenizer.batch_decode(bodies, skip_special_tokens=False)
+        for out, text, p in zip(outputs, texts, run.req_prompt.tolist(), strict=True):
+            results[p].append(
+                Completion(
+                    prompt_ids=tuple(prompts[p]),
+                    token_ids=tuple(out.token_ids),
+                    logprobs=tuple(out.logprobs),
+                    text=text,
+                    finish_reason=out.finish_reason,
+                )
+            )
+
+    def _update_stats(
+        self,
+        prompts: Sequence[Sequence[int]],
+        kept: list[int],
+        results: list[list[Completion]],
+        run: _Generation | None,
+        seconds: float,
+    ) -> None:
+        stats = self.stats
+        stats["prompts"] += len(prompts)
+        stats["skipped_prompts"] += len(prompts) - len(kept)
+        stats["completions"] += sum(len(r) for r in results)
+        stats["prompt_tokens"] += sum(len(prompts[i]) * len(results[i]) for i in kept)
+        stats["generated_tokens"] += sum(len(c.token_ids) for r in results for c in r)
+        stats["generate_time_s"] += seconds
+        if run is not None:
+            stats["prefill_forwards"] += run.prefill_forwards
+            stats["decode_steps"] += run.decode_steps
+            stats["peak_running"] = max(stats["peak_running"], float(run.peak_running))
+        if stats["generate_time_s"] > 0:
+            stats["tokens_per_s"] = stats["generated_tokens"] / stats["generate_time_s"]
+
+
+def create_native_engine(
+    model: nn.Module, tokenizer: Any, options: EngineOptions | None = None
+) -> NativeEngine:
+    """Factory registered as the ``native`` rollout engine."""
+    return NativeEngine(model, tokenizer, options)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for param in model.parameters():
+        return param.device
+    return torch.device("cpu")
+
+
+def _text_config(model: nn.Module) -> Any:
+    config = getattr(model, "config", None)
+    if config is None:
+        raise TypeError("NativeEngine needs a transformers model (with a .config)")
+    getter = getattr(config, "get_text_config", None)
+    return getter() if callable(getter) else config
+
+
+def _check_full_attention(config: Any) -> None:
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types and any(t != "full_attention" for t in layer_types):
+        kinds = sorted(set(layer_types))
+        raise NotAvailableError(
+            f"the native rollout engine supports full-attention models only; this model has "
+            f"layer types {kinds}"
+        )
+
+
+def _resolve_eos(model: nn.Module, tokenizer_or_eos_ids: Any) -> tuple[Any, tuple[int, ...]]:
+    def as_ids(value: Any) -> set[int]:
+        if value is None:
+            return set()
+        if isinstance(value, int):
+            return {int(value)}
+        return {int(v) for v in value}
+
+    source = tokenizer_or_eos_ids
+    is_ids = isinstance(source, (list, tuple, set, frozenset)) and all(
+        isinstance(v, int) for v in source
+    )
+    if isinstance(source, int) or is_ids:
+        return None, tuple(sorted(as_ids(source)))
+    ids: set[int] = set()
+    if source is not None:
+        ids |= as_ids(getattr(source, "eos_token_id", None))
+    generation_config = getattr(model, "generation_config", None)
+    ids |= as_ids(getattr(generation_config, "eos_token_id", None))
+    if not ids:
+        logger.debug("no EOS token known: completions end at max_new_tokens or stop_token_ids")
+    return source, tuple(sorted(ids))
+
+
+def _pick_attention(model: nn.Module, backend: str) -> str:
+    config = getattr(model, "config", None)
+    current = getattr(config, "_attn_implementation", None) or "sdpa"
+    if backend == "flash":
+        reason = _flash_unavailable_reason(model)
+        if reason is None:
+            return "flash_attention_2"
+        warn_once(
+            logger,
+            "rollout.flash_fallback",
+            "attn_backend 'flash' is unavailable (%s); rollout uses the native attention path "
+            "(torch SDPA), which is slower on GPUs flash-attn supports",
+            reason,
+        )
+    return current if current in ("sdpa", "eager") else "sdpa"
+
+
+def _flash_unavailable_reason(model: nn.Module) -> str | None:
+    device = _model_device(model)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return "the model is not on a CUDA GPU"
+    if importlib.util.find_spec("flash_attn") is None:
+        return "flash-attn is not installed"
+    if torch.cuda.get_device_capability(device)[0] < 8:
+        return "this GPU is older than Ampere"
+    dtype = next(model.parameters()).dtype
+    if dtype not in (torch.float16, torch.bfloat16):
+        return f"the model is in {dtype}, flash-attn needs float16 or bfloat16"
+    return None
+
+
+def _resolve_seed(sampling: SamplingParams, generator: torch.Generator | None) -> int:
+    if sampling.seed is not None:
+        return int(sampling.seed)
+    device = generator.device if generator is not None else torch.device("cpu")
+    return int(torch.randint(0, 2**62, (1,), generator=generator, device=device).item())
+
+
+def benchmark_decode(
+    model: nn.Module,
+    *,
+    batch_size: int,
+    prompt_len: int = 16,
+    new_tokens: int = 64,
+    with_hf_generate: bool = True,
+) -> dict[str, float]:
+    """Rough decode throughput (generated tokens per second) of the native engine and, for
+    reference, of ``model.generate``, on random prompts with EOS disabled. For humans, not
+    tests: the numbers depend on the machine."""
+    vocab = int(_text_config(model).vocab_size)
+    device = _model_device(model)
+    rng = torch.Generator().manual_seed(0)
+    prompt_t = torch.randint(0, vocab, (batch_size, prompt_len), generator=rng)
+    sampling = SamplingParams(max_new_tokens=new_tokens, greedy=True)
+    engine = NativeEngine(model, (), EngineOptions(attn_backend="native"))
+    engine.generate(prompt_t[:, :4].tolist(), SamplingParams(max_new_tokens=2, greedy=True))
+    began = time.perf_counter()
+    out = engine.generate(prompt_t.tolist(), sampling)
+    seconds = time.perf_counter() - began
+    result = {"native_tokens_per_s": sum(len(c[0].token_ids) for c in out) / seconds}
+    if with_hf_generate:
+        ids = prompt_t.to(device)
+        with torch.inference_mode():
+            began = time.perf_counter()
+            model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=0,
+            )
+            seconds = time.perf_counter() - began
+        result["hf_generate_tokens_per_s"] = batch_size * new_tokens / seconds
+    return result
+
+
+__all__ = ["EngineOptions", "NativeEngine", "benchmark_decode", "create_native_engine"]

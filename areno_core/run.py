@@ -1,0 +1,300 @@
+"""``areno train`` end to end: check every input, then load, train, log and save.
+
+Order matters: everything that can fail on bad input (algorithm, dataset, loader, rows,
+reward/agent files, resume path, optimizer availability) is checked before any model is loaded
+or any output directory is created, so a bad command fails fast and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+from rich.console import Console
+
+from areno_core.algorithm import AlgorithmSpec
+from areno_core.backend import LocalBackend, TrainableModel
+from areno_core.config import RunConfig, dump_yaml
+from areno_core.data import (
+    apply_loader,
+    is_chat_preference_row,
+    load_rows,
+    resolve_loader,
+    split_chat_preference,
+    validate_rows,
+)
+from areno_core.errors import ConfigError, NotAvailableError
+from areno_core.log import get_logger
+from areno_core.loop import LoopResult, train_loop
+from areno_core.registry import Registry, get_registry
+from areno_core.resolve import ResolvedRun
+from areno_core.rewards import RewardScorer, resolve_reward_fn
+from areno_core.rollout.base import EngineOptions
+from areno_core.rollout.collect import collect_groups, prompt_item
+from areno_core.train.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
+from areno_core.train.datastream import DataStream
+from areno_core.train.metrics import MetricsLogger
+from areno_core.train.optim import check_adam_8bit_available
+from areno_core.train.progress import TrainProgress, print_summary
+from areno_core.types import SamplingParams
+
+logger = get_logger(__name__)
+console = Console()
+
+
+@attrs.define
+class RunPlan:
+    """Everything decided before heavy work starts."""
+
+    config: RunConfig
+    spec: AlgorithmSpec
+    rows: list[dict[str, Any]]
+    reward_fn: Any
+    resume_from: Path | None
+    output_dir: Path
+    metrics_dir: Path
+
+
+def load_training_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> list[dict]:
+    """Read the dataset, apply the loader, and check the rows against the algorithm schema."""
+    rows = load_rows(cfg.dataset_path)
+    loader = resolve_loader(
+        cfg.dataset_loader_fn, lambda name: registry.get("dataset_loaders", name)
+    )
+    if loader is not None:
+        rows = apply_loader(rows, loader)
+    if not rows:
+        raise ConfigError(f"--dataset-path {cfg.dataset_path!r}: no rows left after the loader")
+    if spec.kind == "preference":
+        rows = [split_chat_preference(r) if is_chat_preference_row(r) else r for r in rows]
+    validate_rows(rows, spec.row_schema, algo=spec.name)
+    return rows
+
+
+def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
+    cfg = resolved.config
+    spec = registry.algorithm(cfg.algo)
+    if cfg.agent_fn is not None:
+        raise NotAvailableError("--agent-fn: agentic rollout is not available yet; run without it")
+    reward_fn = None
+    if spec.needs_rollout:
+        if cfg.reward_fn_path is None and cfg.reward_ckpt is None:
+            raise ConfigError(
+                f"--algo {spec.name} scores completions: give --reward-fn-path (a file or a "
+                "registered reward name)" + (" or --reward-ckpt" if spec.name == "ppo" else "")
+            )
+        if cfg.reward_fn_path is not None:
+            reward_fn = resolve_reward_fn(cfg.reward_fn_path, registry)
+    if cfg.adam_8bit:
+        check_adam_8bit_available()
+    rows = load_training_rows(cfg, spec, registry)
+    resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
+    if cfg.save_path:
+        output_dir = Path(cfg.save_path)
+    else:
+        output_dir = Path("runs") / f"{cfg.algo}-{time.strftime('%Y%m%d-%H%M%S')}"
+    metrics_dir = Path(cfg.metrics_log_dir) if cfg.metrics_log_dir else output_dir / "tensorboard"
+    return RunPlan(cfg, spec, rows, reward_fn, resume_from, output_dir, metrics_dir)
+
+
+def train_kwargs(cfg: RunConfig, spec: AlgorithmSpec) -> dict[str, Any]:
+    """Keyword arguments of :meth:`LocalBackend.train` from the run config."""
+    kwargs: dict[str, Any] = {
+        "algorithm": spec.name,
+        "learning_rate": cfg.lr,
+        "min_lr": cfg.min_lr,
+        "lr_decay_steps": cfg.lr_decay_steps,
+        "lr_decay_style": cfg.lr_decay_style,
+        "adam_betas": (cfg.adam_beta1, cfg.adam_beta2),
+        "weight_decay": cfg.weight_decay,
+        "adam_8bit": cfg.adam_8bit,
+        "grad_clip_norm": cfg.grad_clip_norm,
+        "mini_bs": cfg.mini_bs,
+        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+        "activation_checkpointing": cfg.activation_checkpointing,
+        "temperature": 1.0 if cfg.greedy or not spec.needs_rollout else cfg.temperature,
+        "max_prompt_tokens": cfg.max_prompt_tokens,
+        "max_new_tokens": cfg.max_new_tokens,
+        "disable_thinking": cfg.disable_thinking,
+    }
+    if "critic" in spec.roles:
+        kwargs["critic_lr"] = cfg.critic_lr
+        kwargs["critic_warmup_steps"] = cfg.critic_warmup_steps
+    options = cfg.flat()
+    for field in attrs.fields(spec.config_cls):
+        if field.name in options:
+            kwargs[field.name] = options[field.name]
+    return kwargs
+
+
+def _reward_model_fn(model: TrainableModel, ref: str) -> Any:
+    """A reward function scoring each sample with a reward model's last-token value."""
+    from areno_core.models.loading import load_value_model
+
+    scorer = load_value_model(ref, device=str(model.device), role="reward")
+    scorer.eval()
+
+    def reward_fn(record: Any) -> float:
+        ids = torch.tensor([[*record.prompt_ids, *record.token_ids]], device=model.device)
+        with torch.no_grad():
+            return float(scorer.score_last(ids, torch.ones_like(ids))[0])
+
+    return reward_fn
+
+
+def build_rollout(plan: RunPlan, model: TrainableModel, registry: Registry) -> Any:
+    cfg = plan.config
+    factory = registry.get("rollout_engines", "native")
+    engine = factory(
+        model.policy,
+        model.tokenizer,
+        EngineOptions(
+            max_running=cfg.max_running_prompts,
+            max_prompt_tokens=cfg.max_prompt_tokens,
+            attn_backend=cfg.attn_backend,
+            eager_decode=cfg.eager_decode,
+        ),
+    )
+    reward_fn = plan.reward_fn or _reward_model_fn(model, cfg.reward_ckpt)
+    scorer = RewardScorer(reward_fn)
+    sampling = SamplingParams(
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_k=cfg.top_k,
+        top_p=cfg.top_p,
+        greedy=cfg.greedy,
+    )
+
+    def rollout(rows: list[dict[str, Any]], step: int) -> tuple[list[Any], dict[str, float]]:
+        items = [prompt_item(step * cfg.batch_size + i, row) for i, row in enumerate(rows)]
+        engine.start_session()
+        try:
+            groups, metrics = collect_groups(
+                items,
+                engine=engine,
+                tokenizer=model.tokenizer,
+                sampling=sampling,
+                n_samples=cfg.n_samples,
+                scorer=scorer,
+                disable_thinking=cfg.disable_thinking,
+                generator=model.rollout_generator,
+            )
+        finally:
+            engine.end_session(drop_state=cfg.drop_rollout_state)
+        return groups, metrics
+
+    return rollout
+
+
+def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> LoopResult:
+    """Run ``areno train`` with already-resolved options."""
+    registry = registry or get_registry()
+    plan = plan_run(resolved, registry)
+    cfg = plan.config
+    torch.manual_seed(cfg.seed)
+    model = TrainableModel.from_ckpt(
+        cfg.ckpt,
+        ref_ckpt=cfg.ref_ckpt,
+        critic_ckpt=cfg.critic_ckpt if "critic" in plan.spec.roles else None,
+        seed=cfg.seed,
+    )
+    backend = LocalBackend(device=str(model.device))
+    kwargs = train_kwargs(cfg, plan.spec)
+    backend.setup(model, plan.spec, **_setup_kwargs(kwargs))
+    stream = DataStream(plan.rows, cfg.batch_size, seed=cfg.seed, epochs=cfg.epochs)
+    extra = _extra_models(model)
+    generators = {"data": model.generator, "rollout": model.rollout_generator}
+    if plan.resume_from is not None:
+        if "reference" in plan.spec.roles and cfg.ref_ckpt is None:
+            model.ensure_reference()  # the frozen initial policy, before weights are replaced
+        state = load_checkpoint(
+            plan.resume_from,
+            model=model.policy,
+            optimizer=model.optimizer,
+            scheduler=model.scheduler,
+            extra_models=extra,
+            generators=generators,
+        )
+        stream.load_state_dict(state["data"])
+        model.step = int(state["step"])
+        model.optimizer_steps = int(state.get("optimizer_steps", 0))
+        logger.info("resumed from %s at step %d", plan.resume_from, model.step)
+
+    plan.output_dir.mkdir(parents=True, exist_ok=True)
+    dump_yaml(cfg, plan.output_dir / "config.yaml")
+    max_steps = min(stream.total_steps, cfg.max_steps or stream.total_steps)
+    metrics = MetricsLogger(
+        plan.metrics_dir, purge_step=model.step + 1 if plan.resume_from else None
+    )
+    config_dict = cfg.to_dict()
+
+    def save(step: int) -> str:
+        path = save_checkpoint(
+            cfg.save_path,
+            step,
+            model=model.policy,
+            tokenizer=model.tokenizer,
+            optimizer=model.optimizer,
+            scheduler=model.scheduler,
+            trainer_state={"data": stream.state_dict(), "optimizer_steps": model.optimizer_steps},
+            config=config_dict,
+            extra_models=_extra_models(model),
+            generators=generators,
+        )
+        return str(path)
+
+    rollout = build_rollout(plan, model, registry) if plan.spec.needs_rollout else None
+    console.print(
+        f"[bold]areno train[/] --algo {cfg.algo}: {len(plan.rows)} rows, {max_steps} steps, "
+        f"outputs in {plan.output_dir}",
+        highlight=False,
+    )
+    try:
+        with TrainProgress(max_steps, enabled=True, console=console) as progress:
+            result = train_loop(
+                model=model,
+                backend=backend,
+                stream=stream,
+                train_kwargs=kwargs,
+                max_steps=max_steps,
+                rollout=rollout,
+                metrics=metrics,
+                progress=progress,
+                save=save if cfg.save_path else None,
+                save_interval=cfg.save_interval,
+            )
+    finally:
+        metrics.close()
+    print_summary(
+        console,
+        steps=result.steps,
+        elapsed_s=result.elapsed_s,
+        final_metrics=result.final_metrics,
+        checkpoint_path=result.checkpoint_path,
+        metrics_dir=str(plan.metrics_dir),
+    )
+    return result
+
+
+def _setup_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "learning_rate",
+        "min_lr",
+        "lr_decay_steps",
+        "lr_decay_style",
+        "adam_betas",
+        "weight_decay",
+        "adam_8bit",
+        "activation_checkpointing",
+        "critic_lr",
+    )
+    return {k: kwargs[k] for k in keys if k in kwargs}
+
+
+def _extra_models(model: TrainableModel) -> dict[str, Any]:
+    if model.critic is None:
+        return {}
+    return {"critic": (model.critic, model.critic_optimizer)}

@@ -1,0 +1,69 @@
+"""Seeded, resumable iteration over dataset rows in batches and epochs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+
+class DataStream:
+    """Yields batches of rows; each epoch is a fresh permutation seeded by ``seed`` and epoch.
+
+    The position (``epoch``, ``offset``) is all the state there is, so resuming from a saved
+    position continues with exactly the rows an uninterrupted run would have seen, across epoch
+    boundaries too. The last batch of an epoch may be smaller than ``batch_size``.
+    """
+
+    def __init__(self, rows: Sequence[Any], batch_size: int, *, seed: int, epochs: int) -> None:
+        if not rows:
+            raise ValueError("DataStream needs at least one row")
+        self.rows = rows
+        self.batch_size = batch_size
+        self.seed = seed
+        self.epochs = epochs
+        self.epoch = 0
+        self.offset = 0
+        self._order: list[int] | None = None
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(len(self.rows) / self.batch_size)
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps_per_epoch * self.epochs
+
+    def _epoch_order(self) -> list[int]:
+        if self._order is None:
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            self._order = torch.randperm(len(self.rows), generator=gen).tolist()
+        return self._order
+
+    def next_batch(self) -> list[Any] | None:
+        """The next batch, or ``None`` when every epoch is done."""
+        if self.epoch >= self.epochs:
+            return None
+        order = self._epoch_order()
+        picked = order[self.offset : self.offset + self.batch_size]
+        self.offset += len(picked)
+        if self.offset >= len(order):
+            self.epoch += 1
+            self.offset = 0
+            self._order = None
+        return [self.rows[i] for i in picked]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "offset": self.offset, "num_rows": len(self.rows)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state.get("num_rows", len(self.rows)) != len(self.rows):
+            raise ValueError(
+                f"the checkpoint was taken on a dataset of {state['num_rows']} rows, but this "
+                f"run's dataset has {len(self.rows)}; resume with the same data"
+            )
+        self.epoch = int(state["epoch"])
+        self.offset = int(state["offset"])
+        self._order = None

@@ -1,0 +1,118 @@
+"""Turn supervised and preference rows into token trajectories."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from areno_core.models.chat import encode_sft_example
+from areno_core.types import Trajectory
+
+
+@attrs.define
+class FeaturizeStats:
+    rows: int = 0
+    skipped_long_prompts: int = 0
+    truncated_responses: int = 0
+
+
+def _encode(
+    tokenizer: Any,
+    prompt: Any,
+    response: Any,
+    *,
+    max_prompt_tokens: int,
+    max_new_tokens: int,
+    disable_thinking: bool,
+    stats: FeaturizeStats,
+) -> tuple[list[int], list[int]] | None:
+    ids, mask = encode_sft_example(tokenizer, prompt, response, disable_thinking=disable_thinking)
+    prompt_len = mask.index(1) if 1 in mask else len(mask)
+    if prompt_len > max_prompt_tokens:
+        stats.skipped_long_prompts += 1
+        return None
+    if len(ids) - prompt_len > max_new_tokens:
+        stats.truncated_responses += 1
+        ids, mask = ids[: prompt_len + max_new_tokens], mask[: prompt_len + max_new_tokens]
+    return list(ids), list(mask)
+
+
+def sft_trajectories(
+    rows: Sequence[Mapping[str, Any]],
+    tokenizer: Any,
+    *,
+    max_prompt_tokens: int,
+    max_new_tokens: int,
+    disable_thinking: bool = False,
+) -> tuple[list[Trajectory], FeaturizeStats]:
+    """One trajectory per row: the prompt is context (mask 0), the response is the target."""
+    stats = FeaturizeStats()
+    out = []
+    for i, row in enumerate(rows):
+        stats.rows += 1
+        encoded = _encode(
+            tokenizer,
+            row["prompt"],
+            row["response"],
+            max_prompt_tokens=max_prompt_tokens,
+            max_new_tokens=max_new_tokens,
+            disable_thinking=disable_thinking,
+            stats=stats,
+        )
+        if encoded is None:
+            continue
+        ids, mask = encoded
+        out.append(
+            Trajectory(
+                input_ids=ids,
+                loss_mask=mask,
+                rollout_logprobs=[0.0] * len(ids),
+                prompt_len=mask.index(1) if 1 in mask else len(mask),
+                prompt_index=i,
+            )
+        )
+    return out, stats
+
+
+def preference_trajectories(
+    rows: Sequence[Mapping[str, Any]],
+    tokenizer: Any,
+    *,
+    max_prompt_tokens: int,
+    max_new_tokens: int,
+    disable_thinking: bool = False,
+) -> tuple[list[Trajectory], FeaturizeStats]:
+    """Two adjacent trajectories per row: chosen (even index) then rejected (odd index)."""
+    stats = FeaturizeStats()
+    out: list[Trajectory] = []
+    for i, row in enumerate(rows):
+        stats.rows += 1
+        pair = []
+        for key in ("chosen", "rejected"):
+            encoded = _encode(
+                tokenizer,
+                row["prompt"],
+                row[key],
+                max_prompt_tokens=max_prompt_tokens,
+                max_new_tokens=max_new_tokens,
+                disable_thinking=disable_thinking,
+                stats=stats,
+            )
+            if encoded is None:
+                break
+            ids, mask = encoded
+            pair.append(
+                Trajectory(
+                    input_ids=ids,
+                    loss_mask=mask,
+                    rollout_logprobs=[0.0] * len(ids),
+                    prompt_len=mask.index(1) if 1 in mask else len(mask),
+                    prompt_index=i,
+                    metadata={"preference": key},
+                )
+            )
+        if len(pair) == 2:
+            out.extend(pair)
+    return out, stats
