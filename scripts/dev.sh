@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Developer entry point. Each command installs what it needs first (idempotent).
+#
+#   bash scripts/dev.sh demo    # install, then train on this CPU (the README's first command)
+#   bash scripts/dev.sh test    # install, then lint and run every test of core and plugins
+#   bash scripts/dev.sh setup   # install only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+PLUGINS=(plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic)
+
+setup() {
+  # The torch range in pyproject.toml admits the CPU-only 2.13 build; installing it first keeps
+  # pip from resolving a CUDA build on machines without a GPU.
+  if ! "$PY" -c "import torch" 2>/dev/null; then
+    "$PY" -m pip install -q "torch==2.13.0"
+  fi
+  local args=(-e ".[dev]")
+  for p in "${PLUGINS[@]}"; do args+=(-e "$p"); done
+  "$PY" -m pip install -q "${args[@]}"
+}
+
+demo() {
+  setup
+  local gsm8k=../shared/data/gsm8k/train.jsonl
+  areno train --algo sft --ckpt random:qwen3-tiny \
+    --dataset-path "$gsm8k" --dataset-loader-fn examples/sft/gsm8k_sft_loader.py \
+    --batch-size 16 --mini-bs 8 --lr 3e-3 --min-lr 3e-4 --lr-decay-steps 60 \
+    --max-new-tokens 256 --no-activation-checkpointing --max-steps 60 --save-interval 30 \
+    --save-path runs/demo-sft "$@"
+}
+
+test_all() {
+  setup
+  "$PY" -m ruff check .
+  "$PY" -m ruff format --check .
+  "$PY" -m areno_core.docs_gen --check
+  "$PY" -m pytest -q -p no:cacheprovider "$@"
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  demo) shift; demo "$@" ;;
+  test) shift; test_all "$@" ;;
+  *) echo "usage: bash scripts/dev.sh setup|demo|test [extra args]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,197 @@
+"""End-to-end runs of `areno train` on a tiny random Qwen3 and real GSM8K rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from areno_core.cli.main import main
+from areno_core.registry import set_registry
+from areno_core.train.metrics import read_scalars
+
+REPO = Path(__file__).resolve().parent.parent
+SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
+
+RL_LOADER = """
+def load_row(row):
+    return {"prompt": row["question"][:48], "answer": row["answer"].split("####")[-1].strip()}
+"""
+# A dense reward a random model can climb: the share of digits in the completion.
+RL_REWARD = """
+def reward_fn(record):
+    text = record.completion
+    return sum(c.isdigit() for c in text) / max(len(text), 1)
+"""
+DPO_LOADER = """
+def load_row(row):
+    final = row["answer"].split("####")[-1].strip()
+    return {
+        "prompt": row["question"][:64],
+        "chosen": "The answer is " + final + ".",
+        "rejected": "I do not know, sorry!",
+    }
+"""
+
+
+@pytest.fixture(autouse=True)
+def _installed_plugins_only(monkeypatch):
+    monkeypatch.delenv("ARENO_PLUGINS", raising=False)
+    set_registry(None)
+    yield
+    set_registry(None)
+
+
+def areno(*argv: str) -> None:
+    try:
+        main(list(argv))
+    except SystemExit as exc:
+        assert exc.code in (0, None), f"areno {' '.join(argv)} exited {exc.code}"
+
+
+def history(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "tensorboard" / "metrics.jsonl").open()]
+
+
+@pytest.fixture(scope="module")
+def gsm8k_rows(tmp_path_factory) -> Path:
+    src = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+    path = tmp_path_factory.mktemp("data") / "gsm8k_head.jsonl"
+    with src.open() as f:
+        path.write_text("".join(next(f) for _ in range(96)))
+    return path
+
+
+def test_sft_on_gsm8k_loss_falls_and_checkpoint_loads(tmp_path, gsm8k_rows):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run = tmp_path / "sft"
+    areno(
+        "train", "--algo", "sft", "--ckpt", "random:qwen3-tiny",
+        "--dataset-path", str(gsm8k_rows), "--dataset-loader-fn", str(SFT_LOADER),
+        "--batch-size", "8", "--mini-bs", "4", "--lr", "3e-3", "--max-new-tokens", "128",
+        "--no-activation-checkpointing", "--max-steps", "12", "--save-interval", "6",
+        "--save-path", str(run),
+    )  # fmt: skip
+    losses = [h["train/loss"] for h in history(run)]
+    assert len(losses) == 12
+    assert sum(losses[-3:]) / 3 < 0.8 * sum(losses[:3]) / 3
+    assert (run / "latest").read_text().strip() == "step_12"
+    assert (run / "config.yaml").is_file() and (run / "step_6").is_dir()
+    model = AutoModelForCausalLM.from_pretrained(run / "step_12")
+    tokenizer = AutoTokenizer.from_pretrained(run / "step_12")
+    ids = tokenizer("Natalia sold", return_tensors="pt").input_ids
+    assert model(ids).logits.shape[-1] >= len(tokenizer)
+    scalars = read_scalars(run / "tensorboard")
+    assert [s for s, _ in scalars["train/loss"]] == list(range(1, 13))
+    torch.testing.assert_close(scalars["train/loss"][-1][1], losses[-1], atol=1e-5, rtol=1e-5)
+
+
+def test_dpo_margin_and_accuracy_rise(tmp_path, gsm8k_rows):
+    loader = tmp_path / "dpo_loader.py"
+    loader.write_text(DPO_LOADER)
+    run = tmp_path / "dpo"
+    areno(
+        "train", "--algo", "dpo", "--ckpt", "random:qwen3-tiny",
+        "--dataset-path", str(gsm8k_rows), "--dataset-loader-fn", str(loader),
+        "--batch-size", "8", "--mini-bs", "8", "--lr", "2e-3", "--dpo-beta", "0.1",
+        "--no-activation-checkpointing", "--max-steps", "10", "--save-path", str(run),
+    )  # fmt: skip
+    steps = history(run)
+    first, last = steps[0], steps[-1]
+    assert last["train/rewards/margin"] > first["train/rewards/margin"] + 0.5
+    assert last["train/rewards/accuracy"] >= 0.75
+    assert abs(first["train/rewards/margin"]) < 0.05  # policy == reference at step 1
+
+
+@pytest.mark.parametrize("algo", ["grpo", "gspo", "rloo", "ppo"])
+def test_online_algorithms_run_and_write_metrics_and_checkpoint(tmp_path, gsm8k_rows, algo):
+    loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"
+    loader.write_text(RL_LOADER)
+    reward.write_text(RL_REWARD)
+    run = tmp_path / algo
+    areno(
+        "train", "--algo", algo, "--ckpt", "random:qwen3-tiny",
+        "--dataset-path", str(gsm8k_rows), "--dataset-loader-fn", str(loader),
+        "--reward-fn-path", str(reward), "--batch-size", "4", "--n-samples", "4",
+        "--mini-bs", "4", "--gradient-accumulation-steps", "1", "--max-new-tokens", "12",
+        "--lr", "1e-3", "--critic-warmup-steps", "1", "--no-activation-checkpointing",
+        "--max-steps", "2", "--save-path", str(run),
+    )  # fmt: skip
+    steps = history(run)
+    assert len(steps) == 2
+    last = steps[-1]
+    for key in (
+        "rollout/reward_mean", "rollout/accuracy", "rollout/truncation_rate",
+        "rollout/response_length_mean", "train/policy_loss", "train/clip_fraction",
+        "train/ratio_mean", "train/grad_norm", "train/lr", "time/rollout", "time/train",
+    ):  # fmt: skip
+        assert key in last, key
+    assert last["train/optimizer_steps"] == 4.0
+    # Several optimizer steps per rollout batch: later minibatches see a moved policy.
+    assert last["train/ratio_max"] > 1.0 + 1e-4 or last["train/ratio_min"] < 1.0 - 1e-4
+    assert (run / "step_2" / "model.safetensors").is_file()
+    if algo == "ppo":
+        assert "train/value_loss" in last and "rollout/explained_variance" in last
+        assert (run / "step_2" / "critic").is_dir()
+
+
+@pytest.mark.parametrize("algo", ["sft", "grpo"])
+def test_resume_continues_with_identical_losses(tmp_path, gsm8k_rows, algo):
+    common = [
+        "train", "--algo", algo, "--ckpt", "random:qwen3-tiny",
+        "--dataset-path", str(gsm8k_rows), "--batch-size", "16", "--mini-bs", "8",
+        "--lr", "2e-3", "--no-activation-checkpointing", "--epochs", "2", "--seed", "7",
+    ]  # fmt: skip
+    if algo == "sft":
+        common += ["--dataset-loader-fn", str(SFT_LOADER), "--max-new-tokens", "64"]
+        total, cut = 8, 6  # 96 rows / 16 = 6 steps per epoch: resume at an epoch boundary
+    else:
+        loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"
+        loader.write_text(RL_LOADER)
+        reward.write_text(RL_REWARD)
+        common += [
+            "--dataset-loader-fn", str(loader), "--reward-fn-path", str(reward),
+            "--batch-size", "2", "--n-samples", "4", "--max-new-tokens", "10",
+            "--gradient-accumulation-steps", "1",
+        ]  # fmt: skip
+        total, cut = 4, 2
+    full, part = tmp_path / "full", tmp_path / "part"
+    areno(*common, "--max-steps", str(total), "--save-path", str(full))
+    areno(*common, "--max-steps", str(cut), "--save-path", str(part), "--save-interval", "100")
+    areno(*common, "--max-steps", str(total), "--save-path", str(part), "--resume", "auto")
+    a = [h["train/loss"] for h in history(full)]
+    b = [h["train/loss"] for h in history(part)]
+    assert len(a) == len(b) == total
+    torch.testing.assert_close(torch.tensor(b), torch.tensor(a), atol=1e-6, rtol=1e-6)
+    if algo == "grpo":
+        ra = [h["rollout/reward_mean"] for h in history(full)]
+        rb = [h["rollout/reward_mean"] for h in history(part)]
+        assert ra == rb
+
+
+def test_bad_reward_path_fails_before_any_output_is_written(tmp_path, gsm8k_rows, capsys):
+    run = tmp_path / "never"
+    with pytest.raises(SystemExit) as info:
+        main([
+            "train", "--algo", "grpo", "--ckpt", "random:qwen3-tiny",
+            "--dataset-path", str(gsm8k_rows), "--reward-fn-path", str(tmp_path / "nope.py"),
+            "--save-path", str(run),
+        ])  # fmt: skip
+    assert info.value.code == 2
+    assert "nope.py" in capsys.readouterr().err
+    assert not run.exists()
+
+
+def test_sft_rows_missing_response_are_named_before_training(tmp_path, gsm8k_rows, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([
+            "train", "--algo", "sft", "--ckpt", "random:qwen3-tiny",
+            "--dataset-path", str(gsm8k_rows), "--save-path", str(tmp_path / "x"),
+        ])  # fmt: skip
+    err = " ".join(capsys.readouterr().err.split())
+    assert info.value.code == 2
+    assert "row 0" in err and "prompt" in err
+    assert not (tmp_path / "x").exists()
