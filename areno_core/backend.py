@@ -389,7 +389,9 @@ class LocalBackend:
             )
         critic = model.ensure_critic() if "critic" in spec.roles else None
         if critic is not None:
-            batch["values"] = _score(batch, score_plan, device, lambda mb: value_outputs(critic, mb))
+            batch["values"] = _score(
+                batch, score_plan, device, lambda mb: value_outputs(critic, mb)
+            )
         if spec.advantages is not None:
             batch = spec.advantages(batch, config)
         rollout_stats = dict(batch.pop("rollout_stats", None) or {})
@@ -485,7 +487,9 @@ def _score_plan(lengths: torch.Tensor, mini_bs: int) -> list[list[int]]:
 
 
 @torch.no_grad()
-def _score(batch: dict[str, Any], plan: list[list[int]], device: torch.device, fn: Any) -> torch.Tensor:
+def _score(
+    batch: dict[str, Any], plan: list[list[int]], device: torch.device, fn: Any
+) -> torch.Tensor:
     """Run a no-grad scorer over the batch in length-sorted microbatches; [B, T] on CPU."""
     out = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)
     for rows in plan:
