@@ -143,8 +143,7 @@ def rollout_metrics(
             "rollout/accuracy": float((rewards >= 1.0).double().mean()),
             "rollout/response_length_mean": float(lengths.mean()),
             "rollout/response_length_max": float(lengths.max()),
-            "rollout/truncation_rate": sum(t.finish_reason == "length" for t in trajs)
-            / len(trajs),
+            "rollout/truncation_rate": sum(t.finish_reason == "length" for t in trajs) / len(trajs),
         }
     )
     return metrics

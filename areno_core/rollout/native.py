@@ -49,7 +49,13 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from areno_core.errors import NotAvailableError
 from areno_core.log import get_logger, warn_once
 from areno_core.rollout.base import EngineOptions
-from areno_core.rollout.sampling import counter_uniform, is_greedy, sample_next, validate_sampling
+from areno_core.rollout.sampling import (
+    is_greedy,
+    sample_next,
+    stream_state,
+    stream_uniform,
+    validate_sampling,
+)
 from areno_core.types import Completion, FinishReason, SamplingParams
 
 logger = get_logger(__name__)
@@ -137,7 +143,7 @@ class _KVStore:
         self.mask: torch.Tensor | None = None  # [rows, cols] bool
         self.next_token = torch.zeros(0, dtype=torch.long)  # token each row feeds next
         self.position = torch.zeros(0, dtype=torch.long)  # its position id
-        self.rng_key = torch.zeros(0, dtype=torch.long)  # the row's request key
+        self.rng_state = torch.zeros(0, dtype=torch.long)  # the row's random stream
         self.count = torch.zeros(0, dtype=torch.long)  # tokens the row has sampled
         self._plan: _PrefillPlan | None = None
 
@@ -163,7 +169,7 @@ class _KVStore:
             self.mask = torch.zeros(rows, self.cols, dtype=torch.bool, device=self.device)
             self.next_token = torch.zeros(rows, dtype=torch.long, device=self.device)
             self.position = torch.zeros_like(self.next_token)
-            self.rng_key = torch.zeros_like(self.next_token)
+            self.rng_state = torch.zeros_like(self.next_token)
             self.count = torch.zeros_like(self.next_token)
         self.start = np.zeros(self.rows, dtype=np.int64)
         self.n = 0
@@ -175,7 +181,7 @@ class _KVStore:
             layer.is_initialized = False
         self.mask = None
         empty = torch.zeros(0, dtype=torch.long)
-        self.next_token = self.position = self.rng_key = self.count = empty
+        self.next_token = self.position = self.rng_state = self.count = empty
         self.rows = self.cols = self.n = self.lo = self.hi = 0
 
     # -- layout ------------------------------------------------------------------------------
@@ -269,7 +275,7 @@ class _KVStore:
             buf = getattr(layer, name)
             buf[d, :, lo:hi] = buf[s, :, lo:hi]
         self.mask[d, lo:hi] = self.mask[s, lo:hi]
-        for state in (self.next_token, self.position, self.rng_key, self.count):
+        for state in (self.next_token, self.position, self.rng_state, self.count):
             state[d] = state[s]
         self.start[list(dst)] = self.start[list(src)]
 
@@ -466,10 +472,10 @@ class _Generation:
         if src_t is not None:
             logits = logits.index_select(0, src_t)
 
-        keys = torch.from_numpy(self.req_key[requests]).to(device)
+        streams = stream_state(self.seed, torch.from_numpy(self.req_key[requests]).to(device))
         store.position[rows_t] = torch.from_numpy(lengths[src]).to(device)
-        store.rng_key[rows_t] = keys
-        tokens, logprobs = self._sample(logits, keys, torch.zeros_like(keys))
+        store.rng_state[rows_t] = streams
+        tokens, logprobs = self._sample(logits, streams, torch.zeros_like(streams))
         store.next_token[rows_t] = tokens
         store.count[rows_t] = 1
         self.row_request[rows] = requests
@@ -484,17 +490,17 @@ class _Generation:
         store.advance()
         self.decode_steps += 1
         n = store.n
-        tokens, logprobs = self._sample(logits, store.rng_key[:n], store.count[:n])
+        tokens, logprobs = self._sample(logits, store.rng_state[:n], store.count[:n])
         store.next_token[:n] = tokens
         store.count[:n] += 1
         return self._record(np.arange(n), tokens, logprobs)
 
     def _sample(
-        self, logits: torch.Tensor, keys: torch.Tensor, counters: torch.Tensor
+        self, logits: torch.Tensor, streams: torch.Tensor, counters: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.greedy:
             return sample_next(logits, self.sampling)
-        uniform = counter_uniform(self.seed, keys, counters)
+        uniform = stream_uniform(streams, counters)
         return sample_next(logits, self.sampling, uniform=uniform)
 
     def _record(self, rows: np.ndarray, tokens: torch.Tensor, logprobs: torch.Tensor) -> list[int]:

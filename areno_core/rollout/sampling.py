@@ -128,21 +128,39 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
+def stream_state(seed: int, keys: torch.Tensor) -> torch.Tensor:
+    """Per-sequence random-stream states (int64, 63 bits) for ``seed`` and ``keys`` (int64, >= 0).
+
+    Two independent 32-bit hashes of ``(seed, key)`` are packed together, so two keys share a
+    stream only if both hashes collide. Feed the result to :func:`stream_uniform`.
+    """
+    seed &= (1 << 64) - 1
+    base = _mix32(torch.full_like(keys, seed & _MASK32))
+    base = _mix32(base ^ (seed >> 32))
+    first = _mix32(_mix32(base ^ (keys & _MASK32)) ^ (keys >> 32))
+    second = _mix32(_mix32((base ^ 0x5BD1E995) ^ (keys >> 32)) ^ (keys & _MASK32))
+    return ((first & 0x7FFFFFFF) << 32) | second
+
+
+def stream_uniform(states: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """Uniform float32 numbers in (0, 1): draw number ``counters`` of each stream in ``states``.
+
+    Costs two hash rounds per element, so it is cheap enough to call once per decode step.
+    """
+    h = _mix32(((states >> 32) ^ counters) & _MASK32)
+    h = _mix32(h ^ (states & _MASK32))
+    # 23 bits keep ``k + 0.5`` exact in float32, so the result never rounds to 0 or 1.
+    return ((h >> 9).float() + 0.5) * (1.0 / (1 << 23))
+
+
 def counter_uniform(seed: int, keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     """Uniform float32 numbers in (0, 1), one per element of ``keys`` / ``counters`` (int64).
 
     The result is a fixed function of ``(seed, key, counter)``: the same triple gives the same
     number on any device and in any batch, and different triples give independent-looking
-    numbers. Keys and counters must be non-negative.
+    numbers. Keys and counters must be non-negative (counters below 2**32).
     """
-    seed &= (1 << 64) - 1
-    h = _mix32(torch.full_like(keys, seed & _MASK32))
-    h = _mix32(h ^ (seed >> 32))
-    h = _mix32(h ^ (keys & _MASK32))
-    h = _mix32(h ^ (keys >> 32))
-    h = _mix32(h ^ (counters & _MASK32))
-    # 23 bits keep ``k + 0.5`` exact in float32, so the result never rounds to 0 or 1.
-    return ((h >> 9).float() + 0.5) * (1.0 / (1 << 23))
+    return stream_uniform(stream_state(seed, keys), counters)
 
 
 __all__ = [
@@ -151,5 +169,7 @@ __all__ = [
     "is_greedy",
     "sample_from_uniform",
     "sample_next",
+    "stream_state",
+    "stream_uniform",
     "validate_sampling",
 ]

@@ -1,0 +1,53 @@
+"""The OpenAI tool the model calls to play its DuelGrid turn."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from areno_recipes_agentic.duelgrid.rules import ACTION_TYPES, DIRECTIONS
+
+TOOL_NAME = "choose_action"
+
+_CHOOSE_ACTION: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": (
+            "Play your whole DuelGrid turn: a list of actions applied in order while your "
+            "energy lasts. The first action that cannot be done is rejected and ends the turn."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "actions": {
+                    "type": "array",
+                    "description": "Your actions for this turn, in order.",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "type": {"type": "string", "enum": list(ACTION_TYPES)},
+                            "direction": {
+                                "type": "string",
+                                "enum": list(DIRECTIONS),
+                                "description": "Only for MOVE: the direction to step.",
+                            },
+                        },
+                        "required": ["type"],
+                        "additionalProperties": False,
+                    },
+                }
+            },
+            "required": ["actions"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def choose_action_tool() -> dict[str, Any]:
+    """A fresh copy of the ``choose_action`` tool schema (safe to modify)."""
+    return copy.deepcopy(_CHOOSE_ACTION)
+
+
+__all__ = ["TOOL_NAME", "choose_action_tool"]

@@ -1,0 +1,126 @@
+"""Generate tic-tac-toe training positions.
+
+Usage::
+
+    python -m areno_recipes_agentic.tictactoe.generate --output /tmp/tictactoe.jsonl \
+        --count 256 --seed 2026
+
+Each row is a reachable position where the game is still on and it is the model's turn; the
+model plays whichever side is to move (``player``). Rows carry the solved answer so a reward or
+an evaluation never has to search again::
+
+    {"id": "tictactoe-2026-00000", "board": "X.O.X....", "player": "O", "mode": "tool",
+     "legal_moves": [2, 4, 6, 7, 8, 9], "optimal_moves": [9], "value": 0}
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from areno_recipes_agentic.tictactoe.game import (
+    is_terminal,
+    legal_moves,
+    reachable_positions,
+    solve,
+    to_move,
+)
+
+MODES = ("tool", "text")
+
+
+@functools.cache
+def candidate_positions(skip_trivial: bool = True) -> tuple[str, ...]:
+    """Sorted non-terminal reachable positions; ``skip_trivial`` drops positions where every
+    legal move is optimal (nothing to learn there, e.g. the empty board)."""
+    out = []
+    for board in reachable_positions():
+        if is_terminal(board):
+            continue
+        if skip_trivial and len(solve(board).optimal_moves) == len(legal_moves(board)):
+            continue
+        out.append(board)
+    return tuple(out)
+
+
+def position_row(board: str, row_id: str, mode: str = "tool") -> dict[str, Any]:
+    """The dataset row for one non-terminal ``board``."""
+    solution = solve(board)
+    return {
+        "id": row_id,
+        "board": board,
+        "player": to_move(board),
+        "mode": mode,
+        "legal_moves": legal_moves(board),
+        "optimal_moves": list(solution.optimal_moves),
+        "value": solution.value,
+    }
+
+
+def generate_positions(
+    count: int, seed: int, *, mode: str = "tool", skip_trivial: bool = True
+) -> list[dict[str, Any]]:
+    """``count`` positions drawn without repeats (until the pool runs out) with a seeded RNG.
+
+    The same ``count``, ``seed`` and options always give the same rows. When ``count`` exceeds
+    the pool of distinct positions, the pool is reshuffled and drawn again.
+    """
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    rng = random.Random(seed)
+    pool = list(candidate_positions(skip_trivial))
+    boards: list[str] = []
+    while len(boards) < count:
+        order = pool[:]
+        rng.shuffle(order)
+        boards.extend(order[: count - len(boards)])
+    return [position_row(b, f"tictactoe-{seed}-{i:05d}", mode) for i, b in enumerate(boards)]
+
+
+def write_jsonl(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m areno_recipes_agentic.tictactoe.generate",
+        description="Write tic-tac-toe positions (with their perfect-play answers) as JSONL.",
+    )
+    parser.add_argument("--output", required=True, help="JSONL file to write")
+    parser.add_argument("--count", type=int, default=256, help="number of rows (default 256)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="tool",
+        help="'tool': answer with the choose_square tool; 'text': answer as <move>N</move>",
+    )
+    parser.add_argument(
+        "--include-trivial",
+        action="store_true",
+        help="also emit positions where every legal move is optimal",
+    )
+    args = parser.parse_args(argv)
+    if args.count < 0:
+        parser.error("--count must be >= 0")
+    rows = generate_positions(
+        args.count, args.seed, mode=args.mode, skip_trivial=not args.include_trivial
+    )
+    write_jsonl(rows, args.output)
+    print(f"wrote {len(rows)} tic-tac-toe positions to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

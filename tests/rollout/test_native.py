@@ -1,0 +1,332 @@
+"""Tests for the native rollout engine on a tiny randomly initialised Qwen3 model."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from areno_core import log
+from areno_core.rollout import (
+    EngineOptions,
+    NativeEngine,
+    RolloutEngine,
+    RolloutSession,
+    create_native_engine,
+)
+from areno_core.types import Completion, SamplingParams
+
+EOS = 3
+VOCAB = 97
+# Prompt lengths chosen so rows of very different lengths share a batch.
+PROMPT_LENGTHS = (3, 9, 1, 5, 2, 7, 12, 4)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    # Tiny matmuls are far faster on one thread than with threads fighting over two cores.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _tiny_model(seed: int = 0) -> Qwen3ForCausalLM:
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        attn_implementation="sdpa",
+    )
+    model = Qwen3ForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight[EOS] *= 3.0  # makes EOS the greedy pick after some prompts
+    model.generation_config.eos_token_id = EOS
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+@pytest.fixture(scope="module")
+def model() -> Qwen3ForCausalLM:
+    return _tiny_model()
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    gen = torch.Generator().manual_seed(1)
+    return [torch.randint(4, VOCAB, (n,), generator=gen).tolist() for n in PROMPT_LENGTHS]
+
+
+def _engine(model: torch.nn.Module, **options: object) -> NativeEngine:
+    return NativeEngine(model, [EOS], EngineOptions(attn_backend="native", **options))  # type: ignore[arg-type]
+
+
+def _tokens(groups: list[list[Completion]]) -> list[list[tuple[int, ...]]]:
+    return [[c.token_ids for c in group] for group in groups]
+
+
+def _teacher_forced_logprobs(
+    model: torch.nn.Module, completion: Completion, temperature: float
+) -> torch.Tensor:
+    ids = torch.tensor([completion.prompt_ids + completion.token_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float()
+    start = len(completion.prompt_ids)
+    logprobs = (logits[start - 1 : -1] / temperature).log_softmax(-1)
+    return logprobs.gather(-1, torch.tensor(completion.token_ids).unsqueeze(-1)).squeeze(-1)
+
+
+def test_generate_greedy_matches_hf_generate_token_for_token(
+    model: Qwen3ForCausalLM, prompts: list[list[int]]
+) -> None:
+    out = _engine(model).generate(prompts, SamplingParams(max_new_tokens=16, greedy=True))
+    reasons = set()
+    for prompt, group in zip(prompts, out, strict=True):
+        ids = torch.tensor([prompt])
+        with torch.no_grad():
+            expected = model.generate(
+                ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16
+            )[0, len(prompt) :].tolist()
+        assert list(group[0].token_ids) == expected
+        reasons.add(group[0].finish_reason)
+    assert reasons == {"stop", "length"}
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        SamplingParams(max_new_tokens=12, temperature=0.7, seed=5),
+        SamplingParams(max_new_tokens=12, temperature=0.7, top_k=5, top_p=0.8, seed=5),
+        SamplingParams(max_new_tokens=12, greedy=True, temperature=0.7),
+    ],
+)
+def test_generate_logprobs_match_teacher_forced_forward(
+    model: Qwen3ForCausalLM, prompts: list[list[int]], sampling: SamplingParams
+) -> None:
+    out = _engine(model, max_running=3).generate(prompts, sampling, n=2)
+    temperature = 1.0 if sampling.greedy else sampling.temperature
+    for group in out:
+        for completion in group:
+            expected = _teacher_forced_logprobs(model, completion, temperature)
+            got = torch.tensor(completion.logprobs)
+            torch.testing.assert_close(got, expected, rtol=0.0, atol=1e-4)
+
+
+def test_generate_continuous_batching_greedy_matches_one_big_batch(
+    model: Qwen3ForCausalLM, prompts: list[list[int]]
+) -> None:
+    sampling = SamplingParams(max_new_tokens=40, greedy=True)
+    big = _engine(model).generate(prompts[:6], sampling)
+    small = _engine(model, max_running=2)
+    rolling = small.generate(prompts[:6], sampling)
+    assert _tokens(rolling) == _tokens(big)
+    assert small.stats["peak_running"] == 2
+    # One row at a time, and prompts split across many prefill passes, give the same too.
+    single = _engine(model, max_running=1, prefill_batch_tokens=4).generate(prompts[:6], sampling)
+    assert _tokens(single) == _tokens(big)
+
+
+def test_generate_sampling_same_seed_any_max_running_gives_same_samples(
+    model: Qwen3ForCausalLM, prompts: list[list[int]]
+) -> None:
+    sampling = SamplingParams(max_new_tokens=20, temperature=0.8, top_p=0.95, seed=11)
+    wide = _engine(model).generate(prompts, sampling, n=3)
+    narrow = _engine(model, max_running=4).generate(prompts, sampling, n=3)
+    assert _tokens(narrow) == _tokens(wide)
+
+
+def test_generate_n_samples_differ_and_repeat_with_same_seed(
+    model: Qwen3ForCausalLM, prompts: list[list[int]]
+) -> None:
+    engine = _engine(model)
+    sampling = SamplingParams(max_new_tokens=10, temperature=1.0, seed=3)
+    first = engine.generate(prompts[:2], sampling, n=4)
+    again = engine.generate(prompts[:2], sampling, n=4)
+    other = engine.generate(prompts[:2], SamplingParams(max_new_tokens=10, seed=4), n=4)
+    assert [len(g) for g in first] == [4, 4]
+    for group in first:
+        assert len({c.token_ids for c in group}) == 4
+    assert _tokens(again) == _tokens(first)
+    assert _tokens(other) != _tokens(first)
+
+
+def test_generate_torch_generator_reproducible(
+    model: Qwen3ForCausalLM, prompts: list[list[int]]
+) -> None:
+    engine = _engine(model)
+    sampling = SamplingParams(max_new_tokens=8)
+    a = engine.generate(prompts, sampling, n=2, generator=torch.Generator().manual_seed(9))
+    b = engine.generate(prompts, sampling, n=2, generator=torch.Generator().manual_seed(9))
+    assert _tokens(a) == _tokens(b)
+
+
+def test_generate_eos_stops_with_reason_stop_and_length_cap_gives_length(
+    model: Qwen3ForCausalLM, prompts: list[list[int]]
+) -> None:
+    out = _engine(model).generate(prompts, SamplingParams(max_new_tokens=16, greedy=True))
+    for group in out:
+        c = group[0]
+        assert EOS not in c.token_ids[:-1]
+        if c.finish_reason == "stop":
+            assert c.token_ids[-1] == EOS
+            assert len(c.token_ids) <= 16
+        else:
+            assert c.finish_reason == "length"
+            assert len(c.token_ids) == 16
+        assert len(c.logprobs) == len(c.token_ids)
+        assert c.text == ""
+
+
+def test_generate_stop_token_ids_end_completion_like_eos(model: Qwen3ForCausalLM) -> None:
+    prompt = [[10, 11, 12]]
+    plain = _engine(model).generate(prompt, SamplingParams(max_new_tokens=16, greedy=True))
+    tokens = plain[0][0].token_ids
+    stop_at = tokens[2]
+    stopped = _engine(model).generate(
+        prompt, SamplingParams(max_new_tokens=16, greedy=True, stop_token_ids=(stop_at,))
+    )[0][0]
+    cut = tokens.index(stop_at) + 1
+    assert stopped.token_ids == tokens[:cut]
+    assert stopped.finish_reason == "stop"
+
+
+def test_generate_max_new_tokens_one_gives_single_token(
+    model: Qwen3ForCausalLM, prompts: list[list[int]]
+) -> None:
+    out = _engine(model).generate(prompts, SamplingParams(max_new_tokens=1, greedy=True))
+    assert all(len(g[0].token_ids) == 1 for g in out)
+    assert all(g[0].finish_reason in ("stop", "length") for g in out)
+
+
+def test_generate_prompt_over_max_prompt_tokens_is_skipped_and_counted(
+    model: Qwen3ForCausalLM, prompts: list[list[int]]
+) -> None:
+    engine = _engine(model, max_prompt_tokens=6)
+    out = engine.generate(prompts, SamplingParams(max_new_tokens=4, greedy=True), n=2)
+    too_long = [len(p) > 6 for p in prompts]
+    assert [len(g) == 0 for g in out] == too_long
+    assert all(len(g) == 2 for g, skip in zip(out, too_long, strict=True) if not skip)
+    assert engine.stats["skipped_prompts"] == sum(too_long)
+    assert engine.stats["completions"] == 2 * (len(prompts) - sum(too_long))
+
+
+def test_generate_all_prompts_skipped_returns_empty_lists(model: Qwen3ForCausalLM) -> None:
+    engine = _engine(model, max_prompt_tokens=2)
+    assert engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=4)) == [[]]
+    assert engine.stats["skipped_prompts"] == 1
+
+
+def test_generate_empty_prompt_raises_value_error(model: Qwen3ForCausalLM) -> None:
+    with pytest.raises(ValueError, match="no tokens"):
+        _engine(model).generate([[]], SamplingParams())
+
+
+def test_generate_restores_train_mode_and_leaves_no_grad_state(model: Qwen3ForCausalLM) -> None:
+    model.train()
+    try:
+        _engine(model).generate([[5, 6]], SamplingParams(max_new_tokens=3))
+        assert model.training
+        assert all(p.grad is None for p in model.parameters())
+    finally:
+        model.eval()
+
+
+def test_session_drop_state_frees_cache_and_default_keeps_it(model: Qwen3ForCausalLM) -> None:
+    engine = _engine(model)
+    sampling = SamplingParams(max_new_tokens=5, greedy=True)
+    with RolloutSession(engine) as session:
+        session.generate([[5, 6, 7]], sampling)
+    assert engine.state_bytes > 0
+    with RolloutSession(engine, drop_state=True) as session:
+        session.generate([[5, 6, 7]], sampling)
+        assert engine.state_bytes > 0
+    assert engine.state_bytes == 0
+    again = engine.generate([[5, 6, 7]], sampling)  # rebuilt on demand
+    assert len(again[0][0].token_ids) > 0
+
+
+def test_session_stats_reset_per_session_and_count_tokens(model: Qwen3ForCausalLM) -> None:
+    engine = _engine(model)
+    sampling = SamplingParams(max_new_tokens=4, greedy=True)
+    with RolloutSession(engine) as session:
+        out = session.generate([[5, 6], [7, 8, 9]], sampling, n=2)
+    generated = sum(len(c.token_ids) for g in out for c in g)
+    assert engine.stats["generated_tokens"] == generated
+    assert engine.stats["generate_time_s"] > 0
+    with RolloutSession(engine):
+        assert engine.stats["generated_tokens"] == 0
+
+
+def test_session_generate_outside_with_block_raises(model: Qwen3ForCausalLM) -> None:
+    session = RolloutSession(_engine(model))
+    with pytest.raises(RuntimeError, match="outside"):
+        session.generate([[5]], SamplingParams())
+
+
+def test_sync_weights_state_dict_changes_samples_to_new_policy(
+    prompts: list[list[int]],
+) -> None:
+    policy, other = _tiny_model(0), _tiny_model(1)
+    sampling = SamplingParams(max_new_tokens=8, greedy=True)
+    engine = _engine(policy)
+    before = engine.generate(prompts, sampling)
+    engine.sync_weights(policy)  # the shared module: nothing to do
+    assert _tokens(engine.generate(prompts, sampling)) == _tokens(before)
+    engine.sync_weights(other.state_dict())
+    expected = _engine(other).generate(prompts, sampling)
+    assert _tokens(engine.generate(prompts, sampling)) == _tokens(expected)
+    with pytest.raises(ValueError, match="not in the policy"):
+        engine.sync_weights({"no.such.weight": torch.zeros(1)})
+
+
+def test_attn_backend_flash_without_gpu_falls_back_with_one_warning(
+    model: Qwen3ForCausalLM, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(log, "_WARNED", set())
+    with caplog.at_level(logging.WARNING, logger="areno"):
+        first = NativeEngine(model, [EOS], EngineOptions(attn_backend="flash"))
+        NativeEngine(model, [EOS], EngineOptions(attn_backend="flash", eager_decode=True))
+    warnings = [r for r in caplog.records if "flash" in r.getMessage()]
+    assert len(warnings) == 1
+    assert first.attn_implementation == "sdpa"
+    out = first.generate([[5, 6]], SamplingParams(max_new_tokens=3, greedy=True))
+    assert len(out[0][0].token_ids) > 0
+
+
+def test_engine_options_invalid_values_raise_value_error() -> None:
+    with pytest.raises(ValueError, match="max_running"):
+        EngineOptions(max_running=0)
+    with pytest.raises(ValueError, match="attn_backend"):
+        EngineOptions(attn_backend="triton")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_prompt_tokens"):
+        EngineOptions(max_prompt_tokens=0)
+
+
+def test_create_native_engine_with_tokenizer_decodes_text_and_uses_its_eos(
+    model: Qwen3ForCausalLM,
+) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="t0"))
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=f"t{EOS}")
+    engine = create_native_engine(model, tokenizer, EngineOptions(attn_backend="native"))
+    assert isinstance(engine, RolloutEngine)
+    assert EOS in engine.eos_token_ids
+    out = engine.generate([[5, 6, 7], [20]], SamplingParams(max_new_tokens=16, greedy=True))
+    for group in out:
+        c = group[0]
+        body = c.token_ids[:-1] if c.finish_reason == "stop" else c.token_ids
+        assert c.text == tokenizer.decode(list(body))
