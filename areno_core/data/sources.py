@@ -110,11 +110,21 @@ def _load_hub(ref: str) -> list[dict[str, Any]]:
     name, config, split = parse_hub_reference(ref)
     import datasets
 
+    from areno_core.models.loading import hub_reachable
+
     logger.info("loading %s (config %s, split %s) with datasets.load_dataset", name, config, split)
+    # Without a reachable hub the client would retry for tens of seconds; probe first (a few
+    # seconds at most) and then only look in the local cache.
+    offline = not hub_reachable()
+    saved = datasets.config.HF_HUB_OFFLINE
     try:
+        if offline:
+            datasets.config.HF_HUB_OFFLINE = True
         dataset = datasets.load_dataset(name, config, split=split)
     except Exception as exc:
         raise _hub_error(ref, exc) from exc
+    finally:
+        datasets.config.HF_HUB_OFFLINE = saved
     return _dataset_to_rows(dataset, ref)
 
 
@@ -128,7 +138,7 @@ def _hub_error(ref: str, exc: Exception) -> DatasetError:
     if _is_network_error(exc):
         import datasets
 
-        offline = " (HF_HUB_OFFLINE is set)" if datasets.config.HF_HUB_OFFLINE else ""
+        offline = " (offline: no hub is reachable)" if datasets.config.HF_HUB_OFFLINE else ""
         return DatasetError(
             f"could not reach the Hugging Face Hub for dataset reference {ref!r}{offline} and it "
             f"is not in the local cache ({cause}). Pass a local file or directory path instead: "

@@ -441,7 +441,7 @@ def test_load_rows_hub_unreachable_offline_fails_fast_with_hint(
     with pytest.raises(
         DatasetError,
         match=r"^could not reach the Hugging Face Hub for dataset reference "
-        r"'nonexistent-org/nonexistent-ds:main' \(HF_HUB_OFFLINE is set\) and it is not in the "
+        r"'nonexistent-org/nonexistent-ds:main' \(offline: no hub is reachable\) and it is not in the "
         r"local cache \(ConnectionError: .*\)\. Pass a local file or directory path instead: a "
         r"JSON/JSONL, Parquet, CSV/TSV or Arrow file, or a datasets\.save_to_disk directory\.$",
     ):
@@ -457,8 +457,11 @@ def test_load_rows_hub_connection_error_suggests_local_path(
     def unreachable(*args: Any, **kwargs: Any) -> None:
         raise ConnectionError("Couldn't reach 'gsm8k' on the Hub (LocalEntryNotFoundError)")
 
+    import areno_core.models.loading as loading
+
     monkeypatch.setattr(datasets, "load_dataset", unreachable)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(loading, "hub_reachable", lambda *a, **k: True)  # fails mid-download
     with pytest.raises(
         DatasetError,
         match=r"^could not reach the Hugging Face Hub for dataset reference 'gsm8k:main' and it "
