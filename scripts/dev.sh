@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 PLUGINS=(plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic)
 
 setup() {

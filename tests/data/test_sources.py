@@ -441,9 +441,10 @@ def test_load_rows_hub_unreachable_offline_fails_fast_with_hint(
     with pytest.raises(
         DatasetError,
         match=r"^could not reach the Hugging Face Hub for dataset reference "
-        r"'nonexistent-org/nonexistent-ds:main' \(offline: no hub is reachable\) and it is not in the "
-        r"local cache \(ConnectionError: .*\)\. Pass a local file or directory path instead: a "
-        r"JSON/JSONL, Parquet, CSV/TSV or Arrow file, or a datasets\.save_to_disk directory\.$",
+        r"'nonexistent-org/nonexistent-ds:main' \(offline: no hub is reachable\) and it is not "
+        r"in the local cache \(ConnectionError: .*\)\. Pass a local file or directory path "
+        r"instead: a JSON/JSONL, Parquet, CSV/TSV or Arrow file, or a datasets\.save_to_disk "
+        r"directory\.$",
     ):
         load_rows("nonexistent-org/nonexistent-ds:main")
     assert time.monotonic() - start < 5.0
