@@ -211,6 +211,11 @@ class RolloutConfig:
         "registered reward name.",
     )
     reward_ckpt: str | None = opt(None, "Reward model for PPO: local path or Hugging Face id.")
+    drop_uniform_groups: bool = opt(
+        False,
+        "Drop prompt groups whose samples all got the same reward (they carry no signal for "
+        "group-relative advantages); counted in rollout/uniform_groups either way.",
+    )
     tune_params: bool = opt(
         False,
         "Probe memory first and pick --max-running-prompts, --batch-size and --mini-bs.",

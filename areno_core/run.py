@@ -184,6 +184,10 @@ def build_rollout(plan: RunPlan, model: TrainableModel, registry: Registry) -> A
             )
         finally:
             engine.end_session(drop_state=cfg.drop_rollout_state)
+        uniform = [g for g in groups if len(set(g.rewards)) <= 1]
+        metrics["rollout/uniform_groups"] = float(len(uniform))
+        if cfg.drop_uniform_groups:
+            groups = [g for g in groups if len(set(g.rewards)) > 1]
         return groups, metrics
 
     return rollout

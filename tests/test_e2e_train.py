@@ -195,3 +195,36 @@ def test_sft_rows_missing_response_are_named_before_training(tmp_path, gsm8k_row
     assert info.value.code == 2
     assert "row 0" in err and "prompt" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_ppo_with_reward_model_scores_samples_with_it(tmp_path, gsm8k_rows):
+    loader = tmp_path / "loader.py"
+    loader.write_text(RL_LOADER)
+    run = tmp_path / "ppo_rm"
+    areno(
+        "train", "--algo", "ppo", "--ckpt", "random:qwen3-tiny",
+        "--reward-ckpt", "random:qwen3-tiny?seed=3", "--dataset-path", str(gsm8k_rows),
+        "--dataset-loader-fn", str(loader), "--batch-size", "2", "--n-samples", "2",
+        "--mini-bs", "4", "--max-new-tokens", "8", "--critic-warmup-steps", "0",
+        "--no-activation-checkpointing", "--max-steps", "1", "--save-path", str(run),
+    )  # fmt: skip
+    [step] = history(run)
+    # A reward model gives continuous scores, not the 0/1 of a verifier.
+    assert step["rollout/reward_std"] > 0 and step["rollout/reward_errors"] == 0
+
+
+def test_drop_uniform_groups_removes_groups_without_signal(tmp_path, gsm8k_rows):
+    loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"
+    loader.write_text(RL_LOADER)
+    reward.write_text("def reward_fn(record):\n    return 1.0\n")
+    run = tmp_path / "uniform"
+    areno(
+        "train", "--algo", "grpo", "--ckpt", "random:qwen3-tiny",
+        "--dataset-path", str(gsm8k_rows), "--dataset-loader-fn", str(loader),
+        "--reward-fn-path", str(reward), "--batch-size", "3", "--n-samples", "2",
+        "--max-new-tokens", "4", "--drop-uniform-groups", "--no-activation-checkpointing",
+        "--max-steps", "1", "--save-path", str(run),
+    )  # fmt: skip
+    [step] = history(run)
+    assert step["rollout/uniform_groups"] == 3.0
+    assert "train/optimizer_steps" not in step  # nothing left to train on
