@@ -92,8 +92,12 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
         check_adam_8bit_available()
     rows = load_training_rows(cfg, spec, registry)
     resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
+    # Outputs (config.yaml, metrics) go to --save-path, else next to --metrics-log-dir, else
+    # to a fresh directory under ./runs.
     if cfg.save_path:
         output_dir = Path(cfg.save_path)
+    elif cfg.metrics_log_dir:
+        output_dir = Path(cfg.metrics_log_dir)
     else:
         output_dir = Path("runs") / f"{cfg.algo}-{time.strftime('%Y%m%d-%H%M%S')}"
     metrics_dir = Path(cfg.metrics_log_dir) if cfg.metrics_log_dir else output_dir / "tensorboard"

@@ -1,0 +1,67 @@
+"""Every metric in docs/observability.md's catalog is emitted by real runs, and vice versa."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from areno_core.cli.main import main
+from areno_core.registry import set_registry
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "observability.md"
+SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
+
+
+def catalog() -> set[str]:
+    text = DOC.read_text().split("## Metric catalog", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"`((?:rollout|train|time)/[a-z_/]+)`", text))
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory) -> set[str]:
+    set_registry(None)
+    root = tmp_path_factory.mktemp("catalog")
+    src = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+    data = root / "rows.jsonl"
+    with src.open() as f:
+        data.write_text("".join(next(f) for _ in range(8)))
+    (root / "rl.py").write_text("def load_row(row):\n    return {'prompt': row['question'][:32]}\n")
+    (root / "dpo.py").write_text(
+        "def load_row(row):\n    return {'prompt': row['question'][:32], "
+        "'chosen': 'yes', 'rejected': 'no'}\n"
+    )
+    (root / "reward.py").write_text(
+        "def reward_fn(record):\n    return float(len(record.completion) % 2)\n"
+    )
+    base = ["--ckpt", "random:qwen3-tiny", "--dataset-path", str(data), "--max-steps", "1",
+            "--batch-size", "2", "--n-samples", "2", "--max-new-tokens", "6",
+            "--no-activation-checkpointing", "--critic-warmup-steps", "0"]  # fmt: skip
+    runs = {
+        "sft": ["--dataset-loader-fn", str(SFT_LOADER), "--max-new-tokens", "32"],
+        "dpo": ["--dataset-loader-fn", str(root / "dpo.py")],
+        "ppo": ["--dataset-loader-fn", str(root / "rl.py"), "--reward-fn-path",
+                str(root / "reward.py")],
+    }  # fmt: skip
+    keys: set[str] = set()
+    for algo, extra in runs.items():
+        out = root / algo
+        try:
+            main(["train", "--algo", algo, *base, *extra, "--metrics-log-dir", str(out)])
+        except SystemExit as exc:
+            assert exc.code in (0, None)
+        for line in (out / "metrics.jsonl").open():
+            keys |= set(json.loads(line)) - {"step"}
+    set_registry(None)
+    return keys
+
+
+def test_every_catalogued_metric_is_emitted(emitted):
+    assert catalog() - emitted == set()
+
+
+def test_every_emitted_metric_is_catalogued(emitted):
+    assert emitted - catalog() == set()
