@@ -377,8 +377,11 @@ class LocalBackend:
         batch = collate(prepared.trajectories, model.pad_id)
         rows = batch["input_ids"].shape[0]
         score_plan = _score_plan(batch["lengths"], mini_bs)
+        # An optional reference is used when the algorithm's KL loss is on, or when the user
+        # supplied one (PPO then folds the KL into the reward instead).
         if "reference" in spec.roles or (
-            "reference" in spec.optional_roles and getattr(config, "use_kl_loss", False)
+            "reference" in spec.optional_roles
+            and (getattr(config, "use_kl_loss", False) or model.reference is not None)
         ):
             reference = model.ensure_reference()
             batch["ref_logprobs"] = _score(
@@ -426,7 +429,10 @@ class LocalBackend:
                 mb["group_loss_tokens"] = group_tokens.to(device)
                 mb["group_sequences"] = group_rows.to(device)
                 outputs = policy_outputs(
-                    policy, mb, temperature=temperature, need_entropy=spec.kind == "online"
+                    policy,
+                    mb,
+                    temperature=temperature,
+                    need_entropy=spec.needs_entropy or spec.kind == "online",
                 )
                 if critic is not None:
                     outputs["values"] = value_outputs(critic, mb)

@@ -211,6 +211,7 @@ class RolloutConfig:
         "registered reward name.",
     )
     reward_ckpt: str | None = opt(None, "Reward model for PPO: local path or Hugging Face id.")
+    rollout_engine: str = opt("native", "Rollout engine, by registered name (see `areno plugins`).")
     drop_uniform_groups: bool = opt(
         False,
         "Drop prompt groups whose samples all got the same reward (they carry no signal for "
@@ -276,6 +277,11 @@ class TrainConfig:
         None,
         "GRPO upper clip (clip-higher); defaults to --grpo-clip-eps.",
         validator=_positive,
+    )
+    scale_rewards: bool = opt(
+        True,
+        "GRPO: divide group-centred rewards by the group's standard deviation.",
+        negatable=True,
     )
     dpo_beta: float = opt(0.1, "DPO temperature on the preference margin.", validator=_positive)
     use_kl_loss: bool = opt(True, "Add a KL loss against the reference (PPO).", negatable=True)

@@ -1,24 +1,58 @@
-"""Recipes: named, versioned bundles of defaults and metadata for ``areno train --recipe``.
+"""Recipes: named bundles of defaults and metadata for ``areno train --recipe``.
 
-A recipe never runs code of its own: it names a dataset, a loader, a reward, an agent and a
-checkpoint (by registry name or by a file shipped inside its package), fills option defaults for
-each algorithm it supports, and states what a good run looks like (expected metrics and
-validation gates) and what hardware it needs.
+A recipe never runs code of its own. It names a dataset, a loader, a reward, an agent and a
+checkpoint (by registry name, by Hugging Face reference, or by a file shipped inside its
+package as ``resource:package/path``), fills option defaults for each algorithm it supports,
+and states what a good run looks like (expected metrics and validation gates) and what hardware
+it needs. A pack registers recipes through the ``register_recipes`` hook::
+
+    from areno_core import hookimpl
+    from areno_core.recipe import Gate, HardwareFloor, Recipe
+
+    COUNTDOWN = Recipe(
+        name="puzzles/countdown",
+        summary="Countdown number puzzles with an exact-match reward",
+        algorithms=("grpo", "gspo"),
+        dataset="resource:my_pack/data/countdown.jsonl",
+        loader="countdown",                       # a registered loader name
+        reward="resource:my_pack/reward.py:score",  # or a file inside the package
+        checkpoint="Qwen/Qwen3-0.6B",
+        defaults={"lr": 1e-6, "n_samples": 8},
+        algorithm_defaults={"gspo": {"gspo_clip_eps": 3e-4}},
+        hardware=HardwareFloor(device="cuda", min_gpus=1, min_gpu_memory_gb=24),
+        gates=(Gate("at_least", "rollout/reward_mean", threshold=0.3, after_step=200),),
+    )
+
+    @hookimpl
+    def register_recipes(register):
+        register(COUNTDOWN)
+
+Design and rationale: ``docs/product/recipe-system.md``.
 """
 
 from __future__ import annotations
 
+import difflib
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
+from pathlib import Path, PureWindowsPath
 from typing import Any, Literal
 
 import attrs
 
+from areno_core.config import OPTION_SECTIONS, build_config, normalize_key
 from areno_core.errors import ConfigError
 
 RESOURCE_PREFIX = "resource:"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*/[a-z0-9][a-z0-9_.-]*$")
+
+# Options a recipe may not set: they choose the recipe and the algorithm themselves.
+_RESERVED_OPTIONS = frozenset({"algo", "recipe"})
+# Options that only matter when the algorithm rolls out and scores completions. A recipe that
+# sets them for every algorithm still works with an offline one (sft, dpo): they are left out.
+ROLLOUT_ONLY_OPTIONS = frozenset({"reward_fn_path", "agent_fn", "reward_ckpt"})
 
 
 @attrs.frozen
@@ -30,6 +64,14 @@ class HardwareFloor:
     min_gpu_memory_gb: float = 0.0
     min_cpu_memory_gb: float = 0.0
     note: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"hardware device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.device == "cuda" and self.min_gpus < 1:
+            raise ValueError("a cuda hardware floor needs min_gpus >= 1")
+        if self.min_gpus < 0 or self.min_gpu_memory_gb < 0 or self.min_cpu_memory_gb < 0:
+            raise ValueError("hardware floor numbers must be zero or more")
 
     def describe(self) -> str:
         if self.device == "cpu":
@@ -43,12 +85,36 @@ class HardwareFloor:
         return text
 
 
-GateKind = Literal["metric_exists", "finite", "at_least", "at_most", "rises", "checkpoint_loadable"]
+GateKind = Literal[
+    "metric_exists", "finite", "at_least", "at_most", "rises", "falls", "checkpoint_loadable"
+]
+GATE_KINDS: tuple[str, ...] = (
+    "metric_exists",
+    "finite",
+    "at_least",
+    "at_most",
+    "rises",
+    "falls",
+    "checkpoint_loadable",
+)
 
 
 @attrs.frozen
 class Gate:
-    """A check on a finished run's metrics or outputs, evaluated by code (see recipes/gates)."""
+    """A check on a finished run's metrics or checkpoint, evaluated by :mod:`areno_core.gates`.
+
+    The *window* of a metric gate is the logged values of ``metric`` at steps ``>= after_step``
+    (every logged value when ``after_step`` is None).
+
+    - ``metric_exists``: the window holds at least one value.
+    - ``finite``: the window is not empty and every value in it is finite.
+    - ``at_least`` / ``at_most``: compares with ``threshold`` the mean of the window, or the
+      last logged value when ``after_step`` is None.
+    - ``rises`` / ``falls``: the mean of the last third of the window is above (below) the mean
+      of its first third by more than ``threshold`` (default 0); needs two values or more.
+    - ``checkpoint_loadable``: the newest complete checkpoint of the run (at step
+      ``>= after_step`` when given) loads as a Hugging Face model and gives finite logits.
+    """
 
     kind: GateKind
     metric: str | None = None
@@ -57,20 +123,61 @@ class Gate:
     description: str = ""
 
     def __attrs_post_init__(self) -> None:
+        if self.kind not in GATE_KINDS:
+            raise ValueError(f"unknown gate kind {self.kind!r}; kinds: {', '.join(GATE_KINDS)}")
         needs_metric = self.kind != "checkpoint_loadable"
         if needs_metric and not self.metric:
             raise ValueError(f"gate {self.kind!r} needs a metric name")
+        if not needs_metric and self.metric:
+            raise ValueError("gate 'checkpoint_loadable' takes no metric")
         if self.kind in ("at_least", "at_most") and self.threshold is None:
             raise ValueError(f"gate {self.kind!r} on {self.metric!r} needs a threshold")
+        if self.threshold is not None and not math.isfinite(self.threshold):
+            raise ValueError(f"gate {self.kind!r}: threshold must be finite")
+        if self.kind in ("rises", "falls") and (self.threshold or 0.0) < 0:
+            raise ValueError(f"gate {self.kind!r}: threshold is a margin and must be >= 0")
+        if self.after_step is not None and self.after_step < 0:
+            raise ValueError(f"gate {self.kind!r}: after_step must be zero or more")
+
+    def describe(self) -> str:
+        """One line saying what the gate requires, e.g. ``rollout/reward_mean >= 0.3 ...``."""
+        window = f" (steps >= {self.after_step})" if self.after_step is not None else ""
+        margin = f" by more than {self.threshold:g}" if self.threshold else ""
+        if self.kind == "metric_exists":
+            text = f"{self.metric} is logged{window}"
+        elif self.kind == "finite":
+            text = f"{self.metric} is finite{window}"
+        elif self.kind in ("at_least", "at_most"):
+            op = ">=" if self.kind == "at_least" else "<="
+            what = "mean" if self.after_step is not None else "last"
+            text = f"{what} {self.metric} {op} {self.threshold:g}{window}"
+        elif self.kind in ("rises", "falls"):
+            text = f"{self.metric} {self.kind}{margin}{window}"
+        else:
+            at = f" at step >= {self.after_step}" if self.after_step is not None else ""
+            text = f"checkpoint{at} loads"
+        return f"{text}: {self.description}" if self.description else text
+
+
+def _names(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise TypeError(f"expected a tuple of names, got the string {value!r}")
+    return tuple(value)
 
 
 @attrs.frozen
 class Recipe:
-    """A public or internal training recipe, registered through ``register_recipes``."""
+    """A public or internal training recipe, registered through ``register_recipes``.
+
+    Option values set by a recipe, lowest precedence first: ``dataset``, ``checkpoint``,
+    ``loader``, ``reward`` and ``agent`` (as ``--dataset-path``, ``--ckpt``,
+    ``--dataset-loader-fn``, ``--reward-fn-path``, ``--agent-fn``), then ``defaults``, then
+    ``algorithm_defaults[algo]``. ``--config`` and explicit flags override all of them.
+    """
 
     name: str
     summary: str
-    algorithms: tuple[str, ...]
+    algorithms: tuple[str, ...] = attrs.field(converter=_names)
     defaults: Mapping[str, Any] = attrs.field(factory=dict)
     algorithm_defaults: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     hardware: HardwareFloor = HardwareFloor()
@@ -78,63 +185,159 @@ class Recipe:
     checkpoint: str | None = None
     lora_required: bool = False
     expected_metrics: Mapping[str, str] = attrs.field(factory=dict)
-    gates: tuple[Gate, ...] = ()
+    gates: tuple[Gate, ...] = attrs.field(default=(), converter=tuple)
     visibility: Literal["public", "internal"] = "public"
     description: str = ""
+    loader: str | None = None
+    reward: str | None = None
+    agent: str | None = None
 
     def __attrs_post_init__(self) -> None:
+        where = f"recipe {self.name!r}"
         if not _NAME_RE.match(self.name):
             raise ValueError(
                 f"recipe name {self.name!r} must look like 'pack/name' (lowercase letters, "
                 "digits, '-', '_', '.')"
             )
+        if not self.summary.strip():
+            raise ValueError(f"{where} needs a one-line summary")
         if not self.algorithms:
-            raise ValueError(f"recipe {self.name!r} must support at least one algorithm")
+            raise ValueError(f"{where} must support at least one algorithm")
+        if len(set(self.algorithms)) != len(self.algorithms):
+            raise ValueError(f"{where} lists an algorithm twice: {list(self.algorithms)}")
+        if self.visibility not in ("public", "internal"):
+            raise ValueError(f"{where}: visibility must be 'public' or 'internal'")
         extra = set(self.algorithm_defaults) - set(self.algorithms)
         if extra:
             raise ValueError(
-                f"recipe {self.name!r} has defaults for {sorted(extra)} which it does not "
+                f"{where} has defaults for {sorted(extra)} which it does not "
                 f"list in algorithms {list(self.algorithms)}"
             )
-        for key, value in {**self.defaults, "dataset": self.dataset}.items():
-            if isinstance(value, str) and value.startswith("/"):
-                raise ValueError(
-                    f"recipe {self.name!r}: {key}={value!r} is an absolute path; reference "
-                    f"package files as '{RESOURCE_PREFIX}package/relative/path'"
-                )
+        for gate in self.gates:
+            if not isinstance(gate, Gate):
+                raise ValueError(f"{where}: gates must be Gate objects, got {gate!r}")
+        for source, options in self._layers():
+            for key, value in options.items():
+                _check_option(where, source, key, value)
+        for algo in self.algorithms:
+            try:
+                build_config(self._raw_options(algo))
+            except ConfigError as exc:
+                raise ValueError(f"{where} with --algo {algo}: {exc}") from exc
+
+    # -- what the recipe sets ----------------------------------------------------------------
+
+    def _layers(self) -> list[tuple[str, Mapping[str, Any]]]:
+        fields = {
+            "dataset_path": self.dataset,
+            "ckpt": self.checkpoint,
+            "dataset_loader_fn": self.loader,
+            "reward_fn_path": self.reward,
+            "agent_fn": self.agent,
+        }
+        layers: list[tuple[str, Mapping[str, Any]]] = [
+            ("fields", {k: v for k, v in fields.items() if v is not None}),
+            ("defaults", self.defaults),
+        ]
+        layers += [(f"algorithm_defaults[{a!r}]", d) for a, d in self.algorithm_defaults.items()]
+        return layers
+
+    def _raw_options(self, algo: str, *, rollout: bool = True) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        own = f"algorithm_defaults[{algo!r}]"
+        for source, layer in self._layers():
+            per_algorithm = source.startswith("algorithm_defaults")
+            if per_algorithm and source != own:
+                continue
+            for key, value in layer.items():
+                name = normalize_key(str(key))
+                if not rollout and not per_algorithm and name in ROLLOUT_ONLY_OPTIONS:
+                    continue
+                options[name] = value
+        return options
 
     @property
     def pack(self) -> str:
         return self.name.split("/", 1)[0]
 
-    def options_for(self, algo: str) -> dict[str, Any]:
-        """The option values this recipe sets when run with ``algo``."""
+    @property
+    def internal(self) -> bool:
+        return self.visibility == "internal"
+
+    def options_for(self, algo: str, *, rollout: bool = True) -> dict[str, Any]:
+        """The option values this recipe sets when run with ``algo``, ``resource:`` resolved.
+
+        With ``rollout=False`` (an algorithm that does not roll out, such as sft or dpo) the
+        recipe-wide reward and agent are left out; per-algorithm values are always kept.
+        """
         if algo not in self.algorithms:
             raise ConfigError(
                 f"recipe {self.name!r} does not support --algo {algo!r}; it supports: "
                 f"{', '.join(self.algorithms)}"
             )
-        options: dict[str, Any] = {}
-        if self.dataset is not None:
-            options["dataset_path"] = self.dataset
-        if self.checkpoint is not None:
-            options["ckpt"] = self.checkpoint
-        options.update(self.defaults)
-        options.update(self.algorithm_defaults.get(algo, {}))
-        return {k: resolve_resource(v) for k, v in options.items()}
+        raw = self._raw_options(algo, rollout=rollout)
+        return {k: resolve_resource(v) for k, v in raw.items()}
+
+
+def _check_option(where: str, source: str, key: str, value: Any) -> None:
+    name = normalize_key(str(key))
+    if name in _RESERVED_OPTIONS:
+        raise ValueError(f"{where}: {source} may not set {name!r}; the command line chooses it")
+    if name not in OPTION_SECTIONS:
+        close = difflib.get_close_matches(name, list(OPTION_SECTIONS), n=3, cutoff=0.6)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"{where}: {source} sets unknown option {key!r}.{hint}")
+    if not isinstance(value, str):
+        return
+    if value.startswith(RESOURCE_PREFIX):
+        _parse_resource(value)  # syntax only; the package is looked up when the recipe is used
+        return
+    if value.startswith(("/", "~", "\\")) or PureWindowsPath(value).is_absolute():
+        raise ValueError(
+            f"{where}: {name}={value!r} is an absolute path; reference package files as "
+            f"'{RESOURCE_PREFIX}package/relative/path' (or use a registry name or hub id)"
+        )
+
+
+def _parse_resource(value: str) -> tuple[str, str, str | None]:
+    """Split ``resource:package/rel/path[:function]`` into (package, rel, function)."""
+    ref = value[len(RESOURCE_PREFIX) :]
+    package, _, rel = ref.partition("/")
+    function: str | None = None
+    if ".py:" in rel:
+        rel, _, function = rel.rpartition(":")
+        if not function.isidentifier():
+            raise ConfigError(f"{value!r}: {function!r} is not a Python function name")
+    if not package or not all(part.isidentifier() for part in package.split(".")):
+        raise ConfigError(
+            f"{value!r}: expected '{RESOURCE_PREFIX}package/relative/path' with an importable "
+            "package name"
+        )
+    parts = [p for p in rel.split("/") if p]
+    if rel.startswith("/") or any(p in ("..", ".") for p in parts) or "\\" in rel:
+        raise ConfigError(f"{value!r}: the path inside the package must be relative, without '..'")
+    return package, "/".join(parts), function
 
 
 def resolve_resource(value: Any) -> Any:
-    """Turn ``resource:package/path`` into a filesystem path inside the installed package."""
+    """Turn ``resource:package/path[:function]`` into a filesystem path inside the package.
+
+    Other values are returned unchanged. A missing package or file is a :class:`ConfigError`.
+    """
     if not isinstance(value, str) or not value.startswith(RESOURCE_PREFIX):
         return value
-    ref = value[len(RESOURCE_PREFIX) :]
-    package, _, rel = ref.partition("/")
+    package, rel, function = _parse_resource(value)
     try:
         root = resources.files(package)
-    except ModuleNotFoundError as exc:
+    except (ModuleNotFoundError, TypeError, ValueError) as exc:
         raise ConfigError(f"{value!r}: package {package!r} is not installed") from exc
     target = root.joinpath(*rel.split("/")) if rel else root
     if not target.is_file() and not target.is_dir():
         raise ConfigError(f"{value!r}: no file {rel!r} inside package {package!r}")
-    return str(target)
+    if not isinstance(target, Path):
+        raise ConfigError(
+            f"{value!r}: package {package!r} is not installed as files on disk (zipped?); "
+            "install it unpacked"
+        )
+    path = str(target)
+    return f"{path}:{function}" if function else path

@@ -50,7 +50,11 @@ class Registry:
         for kind, (hook_name, noun) in KINDS.items():
             hook = getattr(pm.hook, hook_name)
             for impl in hook.get_hookimpls():  # in registration order
-                self._collect(kind, noun, impl.plugin_name, impl.function)
+                # Call each plugin's hook through pluggy (so ARENO_TRACE_PLUGINS sees it), one
+                # plugin at a time, so every registration is attributed to its plugin.
+                others = [p for p in pm.get_plugins() if p is not impl.plugin]
+                caller = pm.subset_hook_caller(hook_name, remove_plugins=others)
+                self._collect(kind, noun, impl.plugin_name, caller)
 
     # -- building -------------------------------------------------------------------------
 

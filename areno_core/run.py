@@ -88,6 +88,8 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
             )
         if cfg.reward_fn_path is not None:
             reward_fn = resolve_reward_fn(cfg.reward_fn_path, registry)
+    if spec.needs_rollout:
+        registry.get("rollout_engines", cfg.rollout_engine)  # unknown names fail here
     if cfg.adam_8bit:
         check_adam_8bit_available()
     rows = load_training_rows(cfg, spec, registry)
@@ -151,7 +153,7 @@ def _reward_model_fn(model: TrainableModel, ref: str) -> Any:
 
 def build_rollout(plan: RunPlan, model: TrainableModel, registry: Registry) -> Any:
     cfg = plan.config
-    factory = registry.get("rollout_engines", "native")
+    factory = registry.get("rollout_engines", cfg.rollout_engine)
     engine = factory(
         model.policy,
         model.tokenizer,

@@ -82,4 +82,5 @@ def install_areno_plugin(
     yield install
     set_registry(None)
     for name in installed:
-        sys.modules.pop(name, None)
+        for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            sys.modules.pop(module, None)

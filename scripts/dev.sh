@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 PLUGINS=(plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic)
+# The internal smoke pack is installed for maintainers and CI only; it is never published.
+INTERNAL=(internal/areno-smoke)
 
 setup() {
   # The torch range in pyproject.toml admits the CPU-only 2.13 build; installing it first keeps
@@ -18,7 +20,7 @@ setup() {
     "$PY" -m pip install -q "torch==2.13.0"
   fi
   local args=(-e ".[dev]")
-  for p in "${PLUGINS[@]}"; do args+=(-e "$p"); done
+  for p in "${PLUGINS[@]}" "${INTERNAL[@]}"; do args+=(-e "$p"); done
   "$PY" -m pip install -q "${args[@]}"
 }
 
@@ -38,6 +40,8 @@ test_all() {
   "$PY" -m ruff format --check .
   "$PY" -m areno_core.docs_gen --check
   "$PY" -m pytest -q -p no:cacheprovider "$@"
+  # The smoke matrix: one tiny CPU recipe per algorithm, gates checked by code.
+  "$PY" -m areno_smoke
 }
 
 case "${1:-}" in

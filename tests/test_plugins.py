@@ -96,8 +96,8 @@ def test_trace_env_logs_hook_calls(monkeypatch, caplog):
 
     pm.register_plugin(Local(), "local")
     with caplog.at_level("DEBUG", logger="areno.plugins"):
-        Registry(pm)
-        pm.hook.register_agents(register=lambda *a: None)
+        registry = Registry(pm)
+    assert registry.names("agents") == ["noop"]
     assert any("register_agents" in r.getMessage() for r in caplog.records)
 
 

@@ -17,13 +17,21 @@ def plugins_report() -> dict[str, object]:
     """Machine-readable description of installed plugins, failures included."""
     registry = get_registry()
     plugins = []
+    internal = {r.name for r in registry.recipes(include_internal=True) if r.internal}
     for info in registry.plugins():
+        registered = registry.provided_by(info.name)
+        hidden = [n for n in registered.get("recipes", []) if n in internal]
+        if hidden:  # internal (smoke/release) recipes are not advertised
+            registered["recipes"] = [n for n in registered["recipes"] if n not in internal]
+            if not registered["recipes"]:
+                del registered["recipes"]
         plugins.append(
             {
                 "name": info.name,
                 "distribution": info.distribution,
                 "version": info.version,
-                "registered": registry.provided_by(info.name),
+                "registered": registered,
+                "internal_recipes": len(hidden),
             }
         )
     failures = [

@@ -14,6 +14,7 @@ from areno_core.cli.options import (
     add_run_options,
     explicit_options,
 )
+from areno_core.cli.recipes import dry_run_header, print_recipe_table
 from areno_core.errors import NotAvailableError
 from areno_core.registry import get_registry
 from areno_core.resolve import resolve_run
@@ -31,6 +32,11 @@ Example (CPU, tiny random model, real GSM8K rows):
     --dataset-path data/gsm8k.jsonl --dataset-loader-fn loader.py
 
 Option precedence, lowest first: defaults, --recipe, --config, flags.
+
+\b
+Recipes:
+  areno train --list-recipes                      # installed public recipes
+  areno train --recipe NAME --algo ALGO --dry-run # what a recipe sets, without training
 """
 
 
@@ -52,14 +58,43 @@ Option precedence, lowest first: defaults, --recipe, --config, flags.
     section="basic",
     help="Resolve and validate every option, print the result, and exit without training.",
 )
+@click.option(
+    "--list-recipes",
+    is_flag=True,
+    cls=SectionedOption,
+    section="basic",
+    help="List the installed public recipes (those supporting --algo, when given) and exit.",
+)
+@click.option(
+    "--include-internal",
+    is_flag=True,
+    cls=SectionedOption,
+    section="basic",
+    help="With --list-recipes: also list internal smoke/release recipes (for maintainers).",
+)
 @click.pass_context
-def train(ctx: click.Context, config_path: str | None, dry_run: bool, **_: Any) -> None:
+def train(
+    ctx: click.Context,
+    config_path: str | None,
+    dry_run: bool,
+    list_recipes: bool,
+    include_internal: bool,
+    **_: Any,
+) -> None:
     flags = explicit_options(ctx)
+    if include_internal and not list_recipes:
+        raise click.UsageError("--include-internal only applies to --list-recipes")
+    if list_recipes:
+        print_recipe_table(
+            console, get_registry(), include_internal=include_internal, algo=flags.get("algo")
+        )
+        return
     resolved = resolve_run(
         flags, registry=get_registry(), config_path=config_path, check_capabilities=not dry_run
     )
     if dry_run:
-        console.print(yaml.safe_dump(resolved.config.to_dict(), sort_keys=False), highlight=False)
+        text = dry_run_header(resolved) + yaml.safe_dump(resolved.config.to_dict(), sort_keys=False)
+        console.print(text, highlight=False, markup=False, soft_wrap=True)
         return
     try:
         from areno_core.run import run_training

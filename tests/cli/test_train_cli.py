@@ -127,3 +127,17 @@ def test_cli_subprocess_user_error_prints_no_traceback():
     assert proc.returncode == 2
     assert "--batch-size must be positive, got -4" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_train_reuses_a_dumped_run_config(capsys, toy_registry, tmp_path):
+    from areno_core.config import build_config, dump_yaml
+
+    cfg = build_config(
+        {"algo": "toy", "ckpt": "random:qwen3-tiny", "dataset_path": "a.jsonl", "lr": 3e-5}
+    )
+    dump_yaml(cfg, tmp_path / "config.yaml")
+    code, out, err = run_cli(
+        capsys, "train", "--config", str(tmp_path / "config.yaml"), "--dry-run"
+    )
+    assert code == 0, err
+    assert yaml.safe_load(out)["train"]["lr"] == 3e-5

@@ -82,9 +82,9 @@ SPEC = AlgorithmSpec(
     summary="Direct preference optimisation on (chosen, rejected) pairs against a reference.",
     kind="preference",
     row_schema=RowSchema(
-        required={"prompt": (str, list), "chosen": (str,), "rejected": (str,)},
+        required={"prompt": (str, list), "chosen": (str, list), "rejected": (str, list)},
         description="prompt: text or a list of chat messages; chosen / rejected: the preferred "
-        "and the dispreferred answer.",
+        "and the dispreferred answer, as text or as assistant messages.",
     ),
     config_cls=DPOConfig,
     loss=dpo_loss,

@@ -44,7 +44,7 @@ SPEC = AlgorithmSpec(
     summary="Supervised fine-tuning: mean negative log-likelihood of the response tokens.",
     kind="supervised",
     row_schema=RowSchema(
-        required={"prompt": (str, list), "response": (str,)},
+        required={"prompt": (str, list), "response": (str, list)},
         description="prompt: text or a list of chat messages; response: the target text.",
     ),
     config_cls=SFTConfig,

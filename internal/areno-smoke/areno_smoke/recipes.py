@@ -1,0 +1,143 @@
+"""One tiny CPU smoke recipe per algorithm, with the gates that say a run is healthy.
+
+Every recipe trains ``random:qwen3-tiny`` for a few steps on the packaged arithmetic fixture.
+The gates check plumbing, not learning quality: the metrics each algorithm promises are
+logged and finite, the loss moves the right way where a few steps are enough to show it (SFT,
+DPO), the reward stays within its range, and the final checkpoint loads.
+
+    areno train --recipe smoke/grpo --save-path /tmp/smoke-grpo   # one of them, by hand
+    python -m areno_smoke                                         # all of them, gated
+"""
+
+from __future__ import annotations
+
+from areno_core.recipe import Gate, HardwareFloor, Recipe
+
+FIXTURE = "resource:areno_smoke/data/arith.jsonl"
+REWARD = "resource:areno_smoke/rewards.py:digit_share_reward_fn"
+CPU = HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="2 cores are enough")
+
+COMMON = {
+    "seed": 0,
+    "activation_checkpointing": False,
+    "attn_backend": "native",
+    "save_interval": 1000,  # one checkpoint, at the last step
+    "lr_decay_style": "constant",
+}
+ONLINE = {
+    **COMMON,
+    "max_steps": 2,
+    "batch_size": 4,
+    "n_samples": 4,
+    "mini_bs": 4,
+    "gradient_accumulation_steps": 1,
+    "max_new_tokens": 12,
+    "lr": 1e-3,
+    "min_lr": 1e-3,
+}
+LOADS = Gate("checkpoint_loadable", description="the last checkpoint loads as a HF model")
+
+
+def _finite(*metrics: str) -> tuple[Gate, ...]:
+    return tuple(Gate("finite", m) for m in metrics)
+
+
+def _online(algo: str, extra_defaults: dict[str, object], *extra_gates: Gate) -> Recipe:
+    return Recipe(
+        name=f"smoke/{algo}",
+        summary=f"{algo.upper()} smoke: 2 steps, 4 prompts x 4 samples x 12 tokens",
+        algorithms=(algo,),
+        dataset=FIXTURE,
+        loader="smoke_prompts",
+        reward=REWARD,
+        checkpoint="random:qwen3-tiny",
+        defaults={**ONLINE, **extra_defaults},
+        hardware=CPU,
+        expected_metrics={
+            "rollout/reward_mean": "mean digit share of the sampled completions",
+            "rollout/response_length_mean": "sampled completion length, tokens",
+            "train/lr": "learning rate",
+            "time/rollout": "seconds spent sampling",
+            "time/train": "seconds spent in the update",
+        },
+        gates=(
+            *_finite("train/policy_loss", "train/grad_norm", "train/ratio_mean"),
+            Gate("at_least", "rollout/reward_mean", threshold=0.0, after_step=1),
+            Gate("at_most", "rollout/reward_mean", threshold=1.0, after_step=1),
+            Gate("at_least", "train/optimizer_steps", threshold=1.0),
+            *extra_gates,
+            LOADS,
+        ),
+        visibility="internal",
+        description=f"Internal smoke test of --algo {algo}; not a public recipe.",
+    )
+
+
+SMOKE_SFT = Recipe(
+    name="smoke/sft",
+    summary="SFT smoke: 6 steps of 8 arithmetic answers; loss must fall",
+    algorithms=("sft",),
+    dataset=FIXTURE,
+    loader="smoke_sft",
+    checkpoint="random:qwen3-tiny",
+    defaults={
+        **COMMON,
+        "max_steps": 6,
+        "batch_size": 8,
+        "mini_bs": 8,
+        "max_new_tokens": 32,
+        "lr": 3e-3,
+        "min_lr": 3e-3,
+    },
+    hardware=CPU,
+    expected_metrics={"train/lr": "learning rate", "time/train": "seconds in the update"},
+    gates=(
+        *_finite("train/loss", "train/grad_norm"),
+        Gate("falls", "train/loss", threshold=0.5, description="6 steps at lr 3e-3 learn"),
+        LOADS,
+    ),
+    visibility="internal",
+    description="Internal smoke test of --algo sft; not a public recipe.",
+)
+
+SMOKE_DPO = Recipe(
+    name="smoke/dpo",
+    summary="DPO smoke: 6 steps of 8 pairs; margin must rise",
+    algorithms=("dpo",),
+    dataset=FIXTURE,
+    loader="smoke_preferences",
+    checkpoint="random:qwen3-tiny",
+    defaults={
+        **COMMON,
+        "max_steps": 6,
+        "batch_size": 8,
+        "mini_bs": 8,
+        "lr": 2e-3,
+        "min_lr": 2e-3,
+        "dpo_beta": 0.1,
+    },
+    hardware=CPU,
+    expected_metrics={"train/rewards/accuracy": "share of pairs ranked right"},
+    gates=(
+        *_finite("train/loss", "train/rewards/margin"),
+        Gate("rises", "train/rewards/margin", threshold=1.0, description="it learns the pairs"),
+        Gate("at_least", "train/rewards/accuracy", threshold=0.5, after_step=4),
+        LOADS,
+    ),
+    visibility="internal",
+    description="Internal smoke test of --algo dpo; not a public recipe.",
+)
+
+SMOKE_RECIPES: tuple[Recipe, ...] = (
+    SMOKE_SFT,
+    SMOKE_DPO,
+    _online("grpo", {}),
+    _online("gspo", {}),
+    _online("rloo", {}),
+    _online(
+        "ppo",
+        {"critic_warmup_steps": 1},
+        *_finite("train/value_loss"),
+        Gate("metric_exists", "rollout/explained_variance"),
+    ),
+)
