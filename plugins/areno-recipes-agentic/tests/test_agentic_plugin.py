@@ -1,4 +1,4 @@
-"""The agentic pack registers its loaders and rewards through the areno hooks."""
+"""The agentic pack registers its loaders, rewards, agents and recipes through the areno hooks."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ from typing import Any
 
 import pluggy
 from areno_recipes_agentic import plugin
+from areno_recipes_agentic.duelgrid.agent import run_agent as duelgrid_agent
 from areno_recipes_agentic.duelgrid.generate import generate_states
 from areno_recipes_agentic.duelgrid.loader import duelgrid_loader
 from areno_recipes_agentic.duelgrid.reward import duelgrid_reward_fn
+from areno_recipes_agentic.recipes import RECIPES
+from areno_recipes_agentic.tictactoe.agent import run_agent as tictactoe_agent
+from areno_recipes_agentic.tictactoe.agent import run_agent_with_retry
 from areno_recipes_agentic.tictactoe.generate import generate_positions
 from areno_recipes_agentic.tictactoe.loader import tictactoe_loader
 from areno_recipes_agentic.tictactoe.reward import tictactoe_reward_fn
@@ -25,7 +29,14 @@ def _collect(hook: str) -> dict[str, Any]:
     pm.register(plugin, name="agentic")
     pm.check_pending()
     seen: dict[str, Any] = {}
-    getattr(pm.hook, hook)(register=lambda name, fn: seen.__setitem__(name, fn))
+
+    def register(*args: Any) -> None:
+        if len(args) == 1:  # recipes
+            seen[args[0].name] = args[0]
+        else:
+            seen[args[0]] = args[1]
+
+    getattr(pm.hook, hook)(register=register)
     return seen
 
 
@@ -41,6 +52,24 @@ def test_plugin_register_rewards_gives_both_games() -> None:
         "tictactoe": tictactoe_reward_fn,
         "duelgrid": duelgrid_reward_fn,
     }
+
+
+def test_plugin_register_agents_gives_both_games_and_retry() -> None:
+    assert _collect("register_agents") == {
+        "tictactoe": tictactoe_agent,
+        "tictactoe-retry": run_agent_with_retry,
+        "duelgrid": duelgrid_agent,
+    }
+
+
+def test_plugin_register_recipes_gives_gpu_and_cpu_recipes() -> None:
+    assert _collect("register_recipes") == {r.name: r for r in RECIPES}
+    assert sorted(r.name for r in RECIPES) == [
+        "agentic/duelgrid",
+        "agentic/duelgrid-cpu",
+        "agentic/tictactoe",
+        "agentic/tictactoe-cpu",
+    ]
 
 
 def test_plugin_entry_point_installed_points_at_plugin_module() -> None:

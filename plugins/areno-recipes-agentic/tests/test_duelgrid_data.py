@@ -155,3 +155,24 @@ def test_scripted_games_finish_deterministically() -> None:
     assert results == [play(r["state"]) for r in rows]
     assert all(turn <= 61 for _, turn in results)
     assert {w for w, _ in results} <= {"A", "U", None}
+
+
+def test_generate_states_turns_written_and_checked(tmp_path: Path) -> None:
+    assert "turns" not in generate_states(1, seed=0)[0]
+    assert [r["turns"] for r in generate_states(3, seed=0, turns=4)] == [4, 4, 4]
+    with pytest.raises(ValueError, match="turns"):
+        generate_states(1, seed=0, turns=17)
+    out = tmp_path / "dg.jsonl"
+    assert main(["--output", str(out), "--count", "2", "--turns", "3"]) == 0
+    assert [json.loads(line)["turns"] for line in out.read_text().splitlines()] == [3, 3]
+
+
+def test_duelgrid_loader_turns_mentioned_in_prompt_and_validated() -> None:
+    row = generate_states(1, seed=5)[0]
+    assert "This game lasts" not in duelgrid_loader(row)["prompt"][1]["content"]
+    assert "This game lasts" not in duelgrid_loader({**row, "turns": 1})["prompt"][1]["content"]
+    user = duelgrid_loader({**row, "turns": 3})["prompt"][1]["content"]
+    assert "up to 3 of your turns" in user
+    for bad in (0, 17, "2", True, None):
+        with pytest.raises(DatasetError, match="'turns'"):
+            duelgrid_loader({**row, "turns": bad})

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from areno_recipes_agentic.duelgrid.loader import MAX_ROW_TURNS
 from areno_recipes_agentic.duelgrid.rules import (
     AGENT,
     MAX_SIZE,
@@ -89,19 +90,28 @@ def generate_state(rng: random.Random, size: int = 7, rules: Rules | None = None
 
 
 def generate_states(
-    count: int, seed: int, *, size: int = 7, mode: str = "tool"
+    count: int, seed: int, *, size: int = 7, mode: str = "tool", turns: int | None = None
 ) -> list[dict[str, Any]]:
-    """``count`` dataset rows of random starting states; the same arguments give the same rows."""
+    """``count`` dataset rows of random starting states; the same arguments give the same rows.
+
+    ``turns`` (1 to 16), when given, is written into every row: how many rounds the
+    ``duelgrid`` agent plays against the scripted opponent (it plays 2 when a row says nothing).
+    """
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if turns is not None and not 1 <= turns <= MAX_ROW_TURNS:
+        raise ValueError(f"turns must be between 1 and {MAX_ROW_TURNS}, got {turns}")
     rows = []
     for index in range(count):
         rng = random.Random(f"duelgrid:{seed}:{index}")
         state = generate_state(rng, size)
         row_id = f"duelgrid-{seed}-{index:05d}"
-        rows.append({"id": row_id, "mode": mode, "state": state_to_dict(state)})
+        row: dict[str, Any] = {"id": row_id, "mode": mode, "state": state_to_dict(state)}
+        if turns is not None:
+            row["turns"] = turns
+        rows.append(row)
     return rows
 
 
@@ -158,12 +168,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="tool",
         help="'tool': answer with the choose_action tool; 'text': answer with JSON in the reply",
     )
+    parser.add_argument(
+        "--turns",
+        type=int,
+        default=None,
+        help="rounds the duelgrid agent plays per row, 1-16 (default: not written; the agent "
+        "then plays 2)",
+    )
     args = parser.parse_args(argv)
     if args.count < 0:
         parser.error("--count must be >= 0")
     if not MIN_GENERATED_SIZE <= args.size <= MAX_SIZE:
         parser.error(f"--size must be between {MIN_GENERATED_SIZE} and {MAX_SIZE}")
-    rows = generate_states(args.count, args.seed, size=args.size, mode=args.mode)
+    if args.turns is not None and not 1 <= args.turns <= MAX_ROW_TURNS:
+        parser.error(f"--turns must be between 1 and {MAX_ROW_TURNS}")
+    rows = generate_states(args.count, args.seed, size=args.size, mode=args.mode, turns=args.turns)
     write_jsonl(rows, args.output)
     print(f"wrote {len(rows)} DuelGrid states to {args.output}")
     return 0

@@ -1,7 +1,9 @@
 """Dataset loader for DuelGrid rows: turns a state into a chat prompt for unit ``A``.
 
 Input row: ``state`` (required; a state dict or its JSON text, with ``A`` to move and the game
-not over), optionally ``mode`` (``"tool"``, the default, or ``"text"``) and any other fields.
+not over), optionally ``mode`` (``"tool"``, the default, or ``"text"``), ``turns`` (how many
+rounds the ``duelgrid`` agent plays, 1 to 16; when above 1 the prompt says the game goes on)
+and any other fields.
 
 Output row: every input field, with ``state`` normalised to a dict, plus ``mode``, ``prompt``
 (system + user chat messages) and, in tool mode, ``tools`` (the ``choose_action`` schema).
@@ -25,6 +27,7 @@ from areno_recipes_agentic.duelgrid.rules import (
 from areno_recipes_agentic.duelgrid.tools import TOOL_NAME, choose_action_tool
 
 MODES = ("tool", "text")
+MAX_ROW_TURNS = 16
 
 TOOL_INSTRUCTION = (
     "Plan your whole turn, then call the `{tool}` tool once with your actions, for example "
@@ -64,10 +67,25 @@ def rules_text(rules: Rules) -> str:
     )
 
 
-def duelgrid_prompt(state: GameState, mode: str = "tool") -> list[dict[str, str]]:
-    """The chat messages asking the model to play ``A``'s turn in ``state``."""
-    instruction = TOOL_INSTRUCTION.format(tool=TOOL_NAME) if mode == "tool" else TEXT_INSTRUCTION
-    user = f"The current state:\n\n{state_to_text(state, viewer=AGENT)}\n\nYour turn. {instruction}"
+def turn_instruction(mode: str = "tool") -> str:
+    """How to answer: call the tool (tool mode) or end with a JSON object (text mode)."""
+    return TOOL_INSTRUCTION.format(tool=TOOL_NAME) if mode == "tool" else TEXT_INSTRUCTION
+
+
+def duelgrid_prompt(state: GameState, mode: str = "tool", turns: int = 1) -> list[dict[str, str]]:
+    """The chat messages asking the model to play ``A``'s turn in ``state``.
+
+    With ``turns`` above 1 the user message says the game goes on for that many of A's turns,
+    with U's reply and the new state shown after each one.
+    """
+    more = ""
+    if turns > 1:
+        more = (
+            f"\n\nThis game lasts up to {turns} of your turns. After each one you will see "
+            "what your actions did, U's reply and the new state."
+        )
+    text = state_to_text(state, viewer=AGENT)
+    user = f"The current state:\n\n{text}{more}\n\nYour turn. {turn_instruction(mode)}"
     return [
         {"role": "system", "content": rules_text(state.rules)},
         {"role": "user", "content": user},
@@ -102,10 +120,16 @@ def duelgrid_loader(row: Mapping[str, Any]) -> dict[str, Any]:
     mode = row.get("mode") or "tool"
     if mode not in MODES:
         raise DatasetError(f"DuelGrid row {row_id}: 'mode' must be one of {MODES}")
+    turns = row.get("turns", 1)
+    if isinstance(turns, bool) or not isinstance(turns, int) or not 1 <= turns <= MAX_ROW_TURNS:
+        raise DatasetError(
+            f"DuelGrid row {row_id}: 'turns' must be an integer from 1 to {MAX_ROW_TURNS}, "
+            f"got {turns!r}"
+        )
     out = dict(row)
     out["state"] = state_to_dict(state)
     out["mode"] = mode
-    out["prompt"] = duelgrid_prompt(state, mode)
+    out["prompt"] = duelgrid_prompt(state, mode, turns)
     if mode == "tool":
         out["tools"] = [choose_action_tool()]
     else:
@@ -113,4 +137,12 @@ def duelgrid_loader(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["MODES", "duelgrid_loader", "duelgrid_prompt", "read_state", "rules_text"]
+__all__ = [
+    "MAX_ROW_TURNS",
+    "MODES",
+    "duelgrid_loader",
+    "duelgrid_prompt",
+    "read_state",
+    "rules_text",
+    "turn_instruction",
+]

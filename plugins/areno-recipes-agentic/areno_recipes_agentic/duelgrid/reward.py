@@ -26,8 +26,13 @@ reply). With ``E`` the energy A had at the start of the turn, the components, ea
 ``reward = 0.40 damage + 0.20 approach + 0.15 pickup + 0.10 efficiency + 0.15 safety``,
 halved when an action was rejected (the valid actions before it still count), times the
 text-fallback factor where it applies. A turn in which A dies scores 0; no readable action
-list scores 0; an empty list scores 0.15 when A is not next to U. The reward never
-raises.
+list scores 0; an empty list scores 0.15 when A is not next to U.
+
+A multi-turn record (two or more assistant messages, as the ``duelgrid`` agent produces) is
+replayed from the row's state with :func:`~areno_recipes_agentic.duelgrid.episode.score_episode`:
+each reply is scored as above on the state it was made in, the scripted opponent answers
+between replies, and the turn scores are averaged, with one extra 0 when the opponent's reply
+defeats A. The reward never raises.
 """
 
 from __future__ import annotations
@@ -48,7 +53,12 @@ from areno_recipes_agentic.duelgrid.rules import (
     path_distance,
 )
 from areno_recipes_agentic.duelgrid.tools import TOOL_NAME
-from areno_recipes_agentic.toolcalls import answer_text, first_call_arguments, record_row
+from areno_recipes_agentic.toolcalls import (
+    answer_text,
+    assistant_turns,
+    first_call_arguments,
+    record_row,
+)
 
 WEIGHTS: Mapping[str, float] = {
     "damage": 0.40,
@@ -172,6 +182,11 @@ def duelgrid_reward_fn(record: Any) -> float:
     try:
         row = record_row(record)
         state = read_state(row.get("state"))
+        turns = assistant_turns(record)
+        if turns is not None:
+            from areno_recipes_agentic.duelgrid.episode import score_episode
+
+            return score_episode(state, turns, row.get("mode", "tool")).total
         factor = 1.0
         if row.get("mode", "tool") == "text":
             actions = actions_from_text(answer_text(record))

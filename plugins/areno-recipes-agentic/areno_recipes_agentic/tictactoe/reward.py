@@ -21,6 +21,11 @@ score  the move
 0.0    illegal (occupied or off the board), missing, or unreadable
 =====  ===============================================================================
 
+A multi-turn record (two or more assistant messages, as the ``tictactoe`` agent produces when
+a row allows ``retries``) is read message by message: the first message whose move is legal
+is scored, times ``RETRY_FACTOR`` (0.5) for each failed attempt before it, so a model that
+needs the error message to find a legal square earns less than one that gets it right first.
+
 The reward never raises: anything it cannot read scores 0.0.
 """
 
@@ -32,9 +37,12 @@ from typing import Any
 from areno_recipes_agentic.tictactoe.game import board_problem, is_terminal, solve
 from areno_recipes_agentic.tictactoe.tools import TOOL_NAME
 from areno_recipes_agentic.toolcalls import (
+    AssistantTurn,
     answer_text,
     as_int,
+    assistant_turns,
     first_call_arguments,
+    first_named_call,
     record_row,
 )
 
@@ -43,6 +51,7 @@ VALUE_KEEPING = 0.6
 NON_LOSING = 0.3
 LOSING = 0.1
 INVALID = 0.0
+RETRY_FACTOR = 0.5
 
 _MOVE_TAG = re.compile(r"<move>\s*([^<]{0,16}?)\s*</move>", re.I)
 
@@ -50,6 +59,17 @@ _MOVE_TAG = re.compile(r"<move>\s*([^<]{0,16}?)\s*</move>", re.I)
 def move_from_tool_calls(record: Any) -> int | None:
     """The square of the first ``choose_square`` call of ``record``, or None."""
     found, arguments = first_call_arguments(record, TOOL_NAME)
+    if not found or not isinstance(arguments, dict):
+        return None
+    return as_int(arguments.get("square"))
+
+
+def move_from_turn(turn: AssistantTurn, mode: str = "tool") -> int | None:
+    """The square one assistant message chose: its first ``choose_square`` call (tool mode) or
+    its last ``<move>N</move>`` (text mode); None when there is none or it is unreadable."""
+    if mode == "text":
+        return move_from_text(turn.text)
+    found, arguments = first_named_call(turn.tool_calls, TOOL_NAME)
     if not found or not isinstance(arguments, dict):
         return None
     return as_int(arguments.get("square"))
@@ -85,7 +105,15 @@ def tictactoe_reward_fn(record: Any) -> float:
         board = row.get("board")
         if not isinstance(board, str):
             return INVALID
-        if row.get("mode", "tool") == "text":
+        mode = row.get("mode", "tool")
+        turns = assistant_turns(record)
+        if turns is not None:
+            for attempt, turn in enumerate(turns):
+                score = score_move(board, move_from_turn(turn, mode))
+                if score > INVALID:
+                    return score * RETRY_FACTOR**attempt
+            return INVALID
+        if mode == "text":
             square = move_from_text(answer_text(record))
         else:
             square = move_from_tool_calls(record)
@@ -99,9 +127,11 @@ __all__ = [
     "LOSING",
     "NON_LOSING",
     "OPTIMAL",
+    "RETRY_FACTOR",
     "VALUE_KEEPING",
     "move_from_text",
     "move_from_tool_calls",
+    "move_from_turn",
     "score_move",
     "tictactoe_reward_fn",
 ]

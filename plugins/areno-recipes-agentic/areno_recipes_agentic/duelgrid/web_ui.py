@@ -1,0 +1,518 @@
+"""Play DuelGrid in a browser against a model served by any OpenAI-compatible endpoint.
+
+    python -m areno_recipes_agentic.duelgrid.web_ui --base-url http://127.0.0.1:8000/v1 \\
+        --api-key EMPTY --model policy [--port 0] [--host 127.0.0.1] [--replay game.jsonl] \\
+        [--disable-thinking]
+
+You play ``U``; the model plays ``A``. The page is static HTML/JS/CSS shipped in this package
+(no CDN, no request leaves the machine except the server's calls to ``--base-url``). The
+browser only draws: this server owns the game state and applies every action with the same
+rule engine the training reward uses (:mod:`areno_recipes_agentic.duelgrid.rules`). On A's
+turn the server sends the state to the model with the loader's prompt and the
+``choose_action`` tool, reads the reply exactly as the reward does
+(:func:`~areno_recipes_agentic.duelgrid.episode.read_choice`) and applies it.
+
+HTTP API (JSON in and out; errors are ``{"error": "..."}`` with a 4xx/5xx status):
+
+========================  ===================================================================
+``GET /api/state``        the current game: ``state`` (state dict), ``text`` (ASCII map),
+                          ``to_move``, ``over``, ``winner``, ``turn_actions`` (U's actions so
+                          far this turn), ``log``, ``model``, ``busy``, ``record``
+``POST /api/new``         ``{"seed": int?, "size": int?, "first": "user"|"agent"}``: a new
+                          generated map (default: random seed, 7x7, you move first)
+``POST /api/user_action`` ``{"action": {"type": "MOVE", "direction": "up"}}`` plays one action
+                          of your turn (a rejected one changes nothing, and your turn goes
+                          on); ``{"end_turn": true}`` hands the turn to A
+``POST /api/agent_turn``  asks the model for A's whole turn and plays it
+``POST /api/replay``      ``{"jsonl": text, "index": int?}`` or ``{"record": {...}}``: replay a
+                          recorded game; answers ``frames`` (the start and the state after
+                          every turn) and continues the game from its end
+========================  ===================================================================
+
+A recorded game is one JSON object per line: ``{"state": <start state dict>, "turns":
+[{"unit": "U", "actions": [...]}, {"unit": "A", "actions": [...]}, ...]}``. ``/api/state``
+returns the current game in that form (``record``), the ``duelgrid`` agent stores its games in
+that form (trajectory ``metadata["game"]``), and a dataset row (``{"state": ...}``) replays as
+the start of a game, so any generated position can be played from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+
+from areno_recipes_agentic.agents import assistant_message
+from areno_recipes_agentic.duelgrid.episode import (
+    applied_prefix,
+    describe_events,
+    read_choice,
+    replay,
+)
+from areno_recipes_agentic.duelgrid.generate import MIN_GENERATED_SIZE, generate_state
+from areno_recipes_agentic.duelgrid.loader import duelgrid_prompt, read_state
+from areno_recipes_agentic.duelgrid.rules import (
+    AGENT,
+    MAX_SIZE,
+    USER,
+    ActionRejected,
+    Event,
+    GameState,
+    apply_actions,
+    end_turn,
+    parse_action,
+    state_to_dict,
+    state_to_text,
+)
+from areno_recipes_agentic.duelgrid.tools import choose_action_tool
+from areno_recipes_agentic.toolcalls import message_turn
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_LOG = 300
+STATIC_FILES = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/index.html": ("index.html", "text/html; charset=utf-8"),
+    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/style.css": ("style.css", "text/css; charset=utf-8"),
+}
+
+# Asks the model for A's turn in a state: returns the assistant message (OpenAI dict form).
+AskModel = Callable[[GameState], dict[str, Any]]
+
+
+class RequestError(Exception):
+    """A request the game cannot serve; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: HTTPStatus = HTTPStatus.BAD_REQUEST) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def openai_asker(
+    base_url: str,
+    api_key: str,
+    model: str,
+    timeout_s: float = 120.0,
+    *,
+    disable_thinking: bool = False,
+) -> AskModel:
+    """An :data:`AskModel` that calls ``/chat/completions`` at ``base_url`` with the loader's
+    prompt for the state and the ``choose_action`` tool. ``disable_thinking`` adds
+    ``chat_template_kwargs: {"enable_thinking": false}`` to the request, which servers such as
+    vLLM and SGLang pass to the chat template (models trained with ``--disable-thinking``)."""
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
+    extra: dict[str, Any] = {}
+    if disable_thinking:
+        extra["extra_body"] = {"chat_template_kwargs": {"enable_thinking": False}}
+
+    def ask(state: GameState) -> dict[str, Any]:
+        response = client.chat.completions.create(
+            model=model,
+            messages=duelgrid_prompt(state, "tool"),  # type: ignore[arg-type]
+            tools=[choose_action_tool()],  # type: ignore[list-item]
+            **extra,
+        )
+        return assistant_message(response)
+
+    return ask
+
+
+class GameSession:
+    """One game in progress, its record and its log; every method is thread-safe."""
+
+    def __init__(self, ask: AskModel, model_name: str = "policy") -> None:
+        self._ask = ask
+        self.model_name = model_name
+        self._lock = threading.Lock()
+        self._busy = False
+        self.start: GameState = _user_first(generate_state(random.Random(0)))
+        self.state = self.start
+        self.turns: list[dict[str, Any]] = []
+        self.turn_start = self.state
+        self.turn_actions: list[dict[str, Any]] = []
+        self.log: list[dict[str, str]] = []
+        self._note("system", "New game: you play U, the model plays A. Your turn.")
+
+    # -- views -------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
+        state = self.state
+        return {
+            "state": state_to_dict(state),
+            "text": state_to_text(state, viewer=USER),
+            "to_move": state.to_move,
+            "over": state.is_over,
+            "winner": state.winner,
+            "turn_actions": list(self.turn_actions),
+            "log": self.log[-MAX_LOG:],
+            "model": self.model_name,
+            "busy": self._busy,
+            "record": self._record(),
+        }
+
+    def _record(self) -> dict[str, Any]:
+        return {"state": state_to_dict(self.start), "turns": list(self.turns)}
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def new_game(self, seed: int | None = None, size: int = 7, first: str = "user") -> None:
+        if not MIN_GENERATED_SIZE <= size <= MAX_SIZE:
+            raise RequestError(f"size must be between {MIN_GENERATED_SIZE} and {MAX_SIZE}")
+        if first not in ("user", "agent"):
+            raise RequestError("first must be 'user' or 'agent'")
+        seed = random.randrange(1_000_000) if seed is None else seed
+        state = generate_state(random.Random(f"duelgrid-ui:{seed}"), size)
+        with self._lock:
+            self._idle()
+            self._reset(_user_first(state) if first == "user" else state)
+            self.log = []
+            who = "Your" if first == "user" else "The model's"
+            self._note("system", f"New game (seed {seed}, {size}x{size}). {who} turn.")
+
+    def user_action(self, raw: Any) -> list[Event]:
+        """Play one action of U's turn; a rejected action changes nothing."""
+        with self._lock:
+            self._idle()
+            self._expect(USER)
+            try:
+                action = parse_action(raw).to_dict()
+            except ActionRejected as exc:
+                self._note("reject", f"U: {exc}")
+                return [Event("invalid", USER, len(self.turn_actions), str(exc))]
+            candidate = [*self.turn_actions, action]
+            after, events = apply_actions(self.turn_start, USER, candidate)
+            mine = [e for e in events if e.index == len(candidate) - 1]
+            if any(e.kind == "invalid" for e in mine):
+                for e in mine:
+                    self._note("reject", f"U: {e.text}")
+                return mine
+            self.turn_actions = candidate
+            self.state = after
+            for line in describe_events(mine):
+                self._note("user", line[2:])
+            self._after_move()
+            return mine
+
+    def end_user_turn(self) -> None:
+        with self._lock:
+            self._idle()
+            self._expect(USER)
+            self.turns.append({"unit": USER, "actions": list(self.turn_actions)})
+            self._hand_over()
+            self._note("system", "Your turn is over; the model plays A.")
+
+    def agent_turn(self) -> dict[str, Any]:
+        """Ask the model for A's turn and play it; returns the reply and what it did."""
+        with self._lock:
+            self._idle()
+            self._expect(AGENT)
+            self._busy = True
+            state = self.state
+        try:
+            reply = self._ask(state)
+        except Exception as exc:
+            with self._lock:
+                self._busy = False
+                self._note("error", f"model request failed: {type(exc).__name__}: {exc}")
+            raise RequestError(
+                f"the model request failed: {type(exc).__name__}: {exc}", HTTPStatus.BAD_GATEWAY
+            ) from exc
+        with self._lock:
+            self._busy = False
+            if self.state is not state:  # a new game or a replay came in meanwhile
+                raise RequestError(
+                    "the game changed while the model was thinking", HTTPStatus.CONFLICT
+                )
+            choice = read_choice(message_turn(reply), "tool")
+            actions = list(choice.actions or ())
+            after, events = apply_actions(state, AGENT, actions)
+            shown = reply.get("content") or ""
+            if choice.actions is None:
+                self._note("model", f"A: no readable actions; A does nothing. {shown}".strip())
+            else:
+                how = " (read from its text)" if choice.source == "text" else ""
+                self._note("model", f"A chose{how}: {json.dumps(actions)[:500]}")
+            for line in describe_events(events):
+                self._note("agent", line[2:])
+            self.turns.append({"unit": AGENT, "actions": applied_prefix(actions, events)})
+            self.state = after
+            self._after_move()
+            if not self.state.is_over:
+                self._hand_over()
+                self._note("system", "Your turn.")
+            played = [e.to_dict() for e in events]
+            return {"reply": reply, "source": choice.source, "events": played}
+
+    def load_replay(self, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Replay a recorded game and continue from its end; returns the frames."""
+        if "game" in record and isinstance(record["game"], Mapping):
+            record = record["game"]  # an agent trajectory's metadata
+        try:
+            start = read_state(record.get("state"))
+            turns = record.get("turns", [])
+            if not isinstance(turns, list):
+                raise ValueError("'turns' must be a list")
+            frames = replay(start, turns)
+        except ValueError as exc:
+            raise RequestError(f"cannot replay this game: {exc}") from exc
+        out = [{"unit": None, "actions": [], "events": [], "state": state_to_dict(start)}]
+        for frame in frames:
+            out.append(
+                {
+                    "unit": frame.unit,
+                    "actions": list(frame.actions),
+                    "events": describe_events(frame.events),
+                    "state": state_to_dict(frame.state),
+                }
+            )
+        with self._lock:
+            self._idle()
+            self._reset(start)
+            self.turns = [{"unit": f.unit, "actions": list(f.actions)} for f in frames]
+            self.state = frames[-1].state if frames else start
+            self.turn_start = self.state
+            self.log = []
+            self._note("system", f"Replayed {len(frames)} turn(s).")
+            self._after_move()
+        return out
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _reset(self, state: GameState) -> None:
+        self.start = state
+        self.state = state
+        self.turn_start = state
+        self.turns = []
+        self.turn_actions = []
+
+    def _idle(self) -> None:
+        if self._busy:
+            raise RequestError("the model is still playing its turn", HTTPStatus.CONFLICT)
+
+    def _expect(self, unit: str) -> None:
+        if self.state.is_over:
+            raise RequestError("the game is over; start a new one", HTTPStatus.CONFLICT)
+        if self.state.to_move != unit:
+            who = "your" if self.state.to_move == USER else "the model's"
+            raise RequestError(f"it is {who} turn ({self.state.to_move})", HTTPStatus.CONFLICT)
+
+    def _hand_over(self) -> None:
+        self.state = end_turn(self.state)
+        self.turn_start = self.state
+        self.turn_actions = []
+
+    def _after_move(self) -> None:
+        if self.state.is_over:
+            winner = self.state.winner
+            text = {USER: "You win!", AGENT: "The model wins."}.get(winner or "", "Draw.")
+            self._note("system", f"Game over. {text}")
+
+    def _note(self, kind: str, text: str) -> None:
+        self.log.append({"kind": kind, "text": text})
+        del self.log[:-MAX_LOG]
+
+
+def _user_first(state: GameState) -> GameState:
+    """Hand a generated state (A to move) to U, who gets its per-turn energy."""
+    return end_turn(state) if state.to_move == AGENT else state
+
+
+def parse_record_lines(text: str, index: int = 0) -> Mapping[str, Any]:
+    """Line ``index`` (0-based, blank lines skipped) of JSONL ``text`` as a game record."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise RequestError("the JSONL text holds no game")
+    if not 0 <= index < len(lines):
+        raise RequestError(f"index {index} is out of range: the file has {len(lines)} game(s)")
+    try:
+        record = json.loads(lines[index])
+    except ValueError as exc:
+        raise RequestError(f"line {index + 1} is not JSON: {exc}") from exc
+    if not isinstance(record, Mapping):
+        raise RequestError(f"line {index + 1} is not a JSON object")
+    return record
+
+
+# -- HTTP -------------------------------------------------------------------------------------
+
+
+def make_handler(session: GameSession) -> type[BaseHTTPRequestHandler]:
+    """A request handler class bound to ``session``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "DuelGridUI/1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet by default
+            return
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/favicon.ico":
+                self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
+            elif path in STATIC_FILES:
+                name, kind = STATIC_FILES[path]
+                body = resources.files(__package__).joinpath("static", name).read_bytes()
+                self._send(HTTPStatus.OK, body, kind)
+            elif path == "/api/state":
+                self._json(HTTPStatus.OK, session.snapshot())
+            else:
+                self._json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {path}"})
+
+        def do_POST(self) -> None:
+            path = self.path.split("?", 1)[0]
+            try:
+                body = self._body()
+                extra: dict[str, Any] = {}
+                if path == "/api/new":
+                    session.new_game(
+                        seed=_opt_int(body, "seed"),
+                        size=_opt_int(body, "size") or 7,
+                        first=str(body.get("first", "user")),
+                    )
+                elif path == "/api/user_action":
+                    if body.get("end_turn"):
+                        session.end_user_turn()
+                    elif "action" in body:
+                        extra["events"] = [e.to_dict() for e in session.user_action(body["action"])]
+                    else:
+                        raise RequestError("send {'action': {...}} or {'end_turn': true}")
+                elif path == "/api/agent_turn":
+                    extra = session.agent_turn()
+                elif path == "/api/replay":
+                    if "record" in body:
+                        record = body["record"]
+                        if not isinstance(record, Mapping):
+                            raise RequestError("'record' must be an object")
+                    elif isinstance(body.get("jsonl"), str):
+                        record = parse_record_lines(body["jsonl"], _opt_int(body, "index") or 0)
+                    else:
+                        raise RequestError("send {'jsonl': text, 'index': n} or {'record': {...}}")
+                    extra["frames"] = session.load_replay(record)
+                else:
+                    raise RequestError(f"no such endpoint: {path}", HTTPStatus.NOT_FOUND)
+            except RequestError as exc:
+                self._json(exc.status, {"error": str(exc), **session.snapshot()})
+                return
+            self._json(HTTPStatus.OK, {**session.snapshot(), **extra})
+
+        def _body(self) -> dict[str, Any]:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY_BYTES:
+                raise RequestError("request body too large", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+            raw = self.rfile.read(length) if length else b"{}"
+            try:
+                data = json.loads(raw or b"{}")
+            except ValueError as exc:
+                raise RequestError(f"the request body is not JSON: {exc}") from exc
+            if not isinstance(data, dict):
+                raise RequestError("the request body must be a JSON object")
+            return data
+
+        def _json(self, status: HTTPStatus, data: Any) -> None:
+            body = json.dumps(data, default=str).encode()
+            self._send(status, body, "application/json")
+
+        def _send(self, status: HTTPStatus, body: bytes, kind: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("Content-Security-Policy", "default-src 'self'")
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler
+
+
+def _opt_int(body: Mapping[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise RequestError(f"{key!r} must be an integer")
+    try:
+        return int(value)
+    except (TypeError, ValueError) as exc:
+        raise RequestError(f"{key!r} must be an integer, got {value!r}") from exc
+
+
+def make_server(
+    session: GameSession, host: str = "127.0.0.1", port: int = 0
+) -> ThreadingHTTPServer:
+    """An HTTP server for ``session`` (not started; call ``serve_forever``)."""
+    server = ThreadingHTTPServer((host, port), make_handler(session))
+    server.daemon_threads = True
+    return server
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m areno_recipes_agentic.duelgrid.web_ui",
+        description="Play DuelGrid in the browser against a model behind an OpenAI-compatible "
+        "endpoint. You play U; the model plays A.",
+    )
+    parser.add_argument("--base-url", required=True, help="OpenAI-compatible base URL (…/v1)")
+    parser.add_argument("--api-key", default="EMPTY", help="API key for --base-url")
+    parser.add_argument("--model", default="policy", help="model name to request")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="model request timeout, s")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the first map")
+    parser.add_argument("--replay", default=None, help="JSONL file of recorded games to load")
+    parser.add_argument("--replay-index", type=int, default=0, help="which game of --replay")
+    parser.add_argument(
+        "--disable-thinking",
+        action="store_true",
+        help="send chat_template_kwargs enable_thinking=false (vLLM/SGLang; for models "
+        "trained with --disable-thinking)",
+    )
+    args = parser.parse_args(argv)
+
+    ask = openai_asker(
+        args.base_url,
+        args.api_key,
+        args.model,
+        args.timeout,
+        disable_thinking=args.disable_thinking,
+    )
+    session = GameSession(ask, args.model)
+    session.new_game(seed=args.seed)
+    if args.replay:
+        try:
+            with open(args.replay, encoding="utf-8") as fh:
+                session.load_replay(parse_record_lines(fh.read(), args.replay_index))
+        except (OSError, RequestError) as exc:
+            parser.error(f"--replay: {exc}")
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(
+            f"warning: binding {args.host}: anyone who can reach it can use your model endpoint",
+            file=sys.stderr,
+        )
+    server = make_server(session, args.host, args.port)
+    host, port = server.server_address[:2]
+    print(f"DuelGrid UI on http://{host}:{port}/ (model {args.model} at {args.base_url})")
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
