@@ -26,7 +26,7 @@ from areno_core.data import (
     split_chat_preference,
     validate_rows,
 )
-from areno_core.errors import ConfigError, NotAvailableError
+from areno_core.errors import ConfigError
 from areno_core.log import get_logger
 from areno_core.loop import LoopResult, train_loop
 from areno_core.registry import Registry, get_registry
@@ -53,6 +53,7 @@ class RunPlan:
     spec: AlgorithmSpec
     rows: list[dict[str, Any]]
     reward_fn: Any
+    agent_fn: Any
     resume_from: Path | None
     output_dir: Path
     metrics_dir: Path
@@ -77,8 +78,11 @@ def load_training_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) 
 def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
     cfg = resolved.config
     spec = registry.algorithm(cfg.algo)
+    agent_fn = None
     if cfg.agent_fn is not None:
-        raise NotAvailableError("--agent-fn: agentic rollout is not available yet; run without it")
+        from areno_core.agentic.collect import resolve_agent_fn
+
+        agent_fn = resolve_agent_fn(cfg.agent_fn, registry)
     reward_fn = None
     if spec.needs_rollout:
         if cfg.reward_fn_path is None and cfg.reward_ckpt is None:
@@ -103,7 +107,7 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
     else:
         output_dir = Path("runs") / f"{cfg.algo}-{time.strftime('%Y%m%d-%H%M%S')}"
     metrics_dir = Path(cfg.metrics_log_dir) if cfg.metrics_log_dir else output_dir / "tensorboard"
-    return RunPlan(cfg, spec, rows, reward_fn, resume_from, output_dir, metrics_dir)
+    return RunPlan(cfg, spec, rows, reward_fn, agent_fn, resume_from, output_dir, metrics_dir)
 
 
 def train_kwargs(cfg: RunConfig, spec: AlgorithmSpec) -> dict[str, Any]:
@@ -154,12 +158,15 @@ def _reward_model_fn(model: TrainableModel, ref: str) -> Any:
 def build_rollout(plan: RunPlan, model: TrainableModel, registry: Registry) -> Any:
     cfg = plan.config
     factory = registry.get("rollout_engines", cfg.rollout_engine)
+    # Later agent turns carry the whole conversation, so their prompts are bounded by the
+    # context length rather than --max-prompt-tokens.
+    context_limit = cfg.max_context_len or _model_context_len(model)
     engine = factory(
         model.policy,
         model.tokenizer,
         EngineOptions(
             max_running=cfg.max_running_prompts,
-            max_prompt_tokens=cfg.max_prompt_tokens,
+            max_prompt_tokens=context_limit if plan.agent_fn else cfg.max_prompt_tokens,
             attn_backend=cfg.attn_backend,
             eager_decode=cfg.eager_decode,
         ),
@@ -178,16 +185,36 @@ def build_rollout(plan: RunPlan, model: TrainableModel, registry: Registry) -> A
         items = [prompt_item(step * cfg.batch_size + i, row) for i, row in enumerate(rows)]
         engine.start_session()
         try:
-            groups, metrics = collect_groups(
-                items,
-                engine=engine,
-                tokenizer=model.tokenizer,
-                sampling=sampling,
-                n_samples=cfg.n_samples,
-                scorer=scorer,
-                disable_thinking=cfg.disable_thinking,
-                generator=model.rollout_generator,
-            )
+            if plan.agent_fn is not None:
+                from areno_core.agentic.collect import collect_agentic_groups
+
+                groups, metrics = collect_agentic_groups(
+                    items,
+                    agent_fn=plan.agent_fn,
+                    engine=engine,
+                    tokenizer=model.tokenizer,
+                    sampling=sampling,
+                    n_samples=cfg.n_samples,
+                    scorer=scorer,
+                    disable_thinking=cfg.disable_thinking,
+                    train_tool_results=cfg.train_tool_results,
+                    max_context_len=cfg.max_context_len,
+                    timeout_s=cfg.agent_timeout_s,
+                    generator=model.rollout_generator,
+                    max_concurrency=cfg.max_running_prompts,
+                    model=model.policy,
+                )
+            else:
+                groups, metrics = collect_groups(
+                    items,
+                    engine=engine,
+                    tokenizer=model.tokenizer,
+                    sampling=sampling,
+                    n_samples=cfg.n_samples,
+                    scorer=scorer,
+                    disable_thinking=cfg.disable_thinking,
+                    generator=model.rollout_generator,
+                )
         finally:
             engine.end_session(drop_state=cfg.drop_rollout_state)
         uniform = [g for g in groups if len(set(g.rewards)) <= 1]
@@ -287,6 +314,11 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         metrics_dir=str(plan.metrics_dir),
     )
     return result
+
+
+def _model_context_len(model: TrainableModel) -> int:
+    config = getattr(model.policy, "config", None)
+    return int(getattr(config, "max_position_embeddings", 0) or 32768)
 
 
 def _setup_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,18 @@ def catalog() -> set[str]:
     return set(re.findall(r"`((?:rollout|train|time)/[a-z_/]+)`", text))
 
 
+def run_and_collect(args: list[str], out: Path) -> set[str]:
+    """Run `areno train` and return every metric name it logged."""
+    try:
+        main(["train", *args, "--metrics-log-dir", str(out)])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    keys: set[str] = set()
+    for line in (out / "metrics.jsonl").open():
+        keys |= set(json.loads(line)) - {"step"}
+    return keys
+
+
 @pytest.fixture(scope="module")
 def emitted(tmp_path_factory) -> set[str]:
     set_registry(None)
@@ -46,15 +58,13 @@ def emitted(tmp_path_factory) -> set[str]:
         "ppo": ["--dataset-loader-fn", str(root / "rl.py"), "--reward-fn-path",
                 str(root / "reward.py")],
     }  # fmt: skip
+    runs["ppo-kl-in-reward"] = [*runs["ppo"], "--no-use-kl-loss", "--ref-ckpt", "random:qwen3-tiny"]
     keys: set[str] = set()
-    for algo, extra in runs.items():
-        out = root / algo
-        try:
-            main(["train", "--algo", algo, *base, *extra, "--metrics-log-dir", str(out)])
-        except SystemExit as exc:
-            assert exc.code in (0, None)
-        for line in (out / "metrics.jsonl").open():
-            keys |= set(json.loads(line)) - {"step"}
+    for name, extra in runs.items():
+        algo = name.split("-")[0]
+        keys |= run_and_collect(["--algo", algo, *base, *extra], root / name)
+    agentic = ["--recipe", "agentic/tictactoe-cpu", "--algo", "grpo", "--max-steps", "1"]
+    keys |= run_and_collect(agentic, root / "agentic")
     set_registry(None)
     return keys
 

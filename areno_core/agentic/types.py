@@ -9,12 +9,25 @@
             )
             turns.append(AgentTrajectoryTurn(item=item, messages=item.messages, response=response))
         return turns
+
+To run the samples concurrently, with one sample's crash or timeout not costing the others,
+let :meth:`AgentContext.run_each` drive a per-sample coroutine::
+
+    async def run_agent(ctx, batch):
+        client = openai.AsyncOpenAI(base_url=ctx.get_base_url(), api_key=ctx.api_key)
+
+        async def play(item):
+            ...  # several turns; return AgentTrajectory(item=item, turns=[...])
+
+        return await ctx.run_each(batch, play)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+import asyncio
+import traceback
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal
 
 import attrs
 
@@ -43,8 +56,48 @@ class AgentContext:
     max_concurrency: int = 64
     timeout_s: float = 300.0
 
+    finished: list[Any] = attrs.field(factory=list, eq=False, repr=False)
+    """What :meth:`run_each` has finished so far. When ``run_agent`` as a whole times out or
+    raises, the core still keeps these results (and counts the other samples as failed)."""
+
     def get_base_url(self) -> str:
         return self.base_url
+
+    async def run_each(
+        self,
+        batch: AgentBatch,
+        fn: Callable[[AgentItem], Awaitable[Any]],
+        *,
+        max_concurrency: int | None = None,
+        timeout_s: float | None = None,
+    ) -> list[Any]:
+        """Run ``await fn(item)`` for every sample of ``batch`` concurrently.
+
+        At most ``max_concurrency`` (default: ``self.max_concurrency``) samples run at once and
+        each gets ``timeout_s`` seconds (default: ``self.timeout_s``). A sample that raises or
+        times out becomes an :class:`AgentFailure` instead of failing the whole batch. Results
+        are returned in batch order; ``fn`` may return a turn, a trajectory, an iterable of
+        them, or None (the sample produced nothing).
+        """
+        limit = asyncio.Semaphore(max(1, max_concurrency or self.max_concurrency))
+        budget = self.timeout_s if timeout_s is None else timeout_s
+
+        async def one(item: AgentItem) -> Any:
+            async with limit:
+                try:
+                    result: Any = await asyncio.wait_for(fn(item), budget)
+                except TimeoutError:
+                    result = AgentFailure(
+                        item=item, kind="timeout", error=f"sample timed out after {budget:g} s"
+                    )
+                except Exception as exc:
+                    result = AgentFailure(
+                        item=item, kind="error", error="".join(traceback.format_exception(exc))
+                    )
+            self.finished.append(result)
+            return result
+
+        return list(await asyncio.gather(*(one(item) for item in batch.iter_samples())))
 
 
 @attrs.frozen
@@ -77,6 +130,8 @@ class AgentTrajectoryTurn:
     response: Any
     reward: float | None = None
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
+    choice_index: int = 0
+    """Which choice of ``response`` this turn continued with (requests with ``n > 1``)."""
 
 
 @attrs.frozen
@@ -87,3 +142,16 @@ class AgentTrajectory:
     turns: Sequence[AgentTrajectoryTurn]
     reward: float | None = None
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
+    messages: Sequence[Mapping[str, Any]] = ()
+    """Optional: the whole conversation at the end, including tool results that came after
+    the last turn. The reward record's ``messages`` use it when given."""
+
+
+@attrs.frozen
+class AgentFailure:
+    """A sample the agent could not finish (returned by :meth:`AgentContext.run_each`, or by an
+    agent itself). It is dropped from training and counted in ``rollout/agent_errors``."""
+
+    item: AgentItem
+    kind: Literal["timeout", "error"]
+    error: str

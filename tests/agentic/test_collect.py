@@ -1,0 +1,331 @@
+"""collect_agentic_groups end to end: agents, tool results, failures, rewards, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import torch
+
+from areno_core.agentic.collect import AgentError, collect_agentic_groups, resolve_agent_fn
+from areno_core.agentic.types import (
+    AgentBatch,
+    AgentContext,
+    AgentItem,
+    AgentTrajectory,
+    AgentTrajectoryTurn,
+)
+from areno_core.errors import UserCodeError
+from areno_core.rewards import RewardScorer
+from areno_core.train.forward import token_logprobs_from_logits
+from areno_core.types import PromptItem, RewardRecord, SamplingParams
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "parameters": {"type": "object", "properties": {"a": {}, "b": {}}},
+        },
+    }
+]
+CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 2}}</tool_call>'
+
+
+def _items(count: int = 2) -> list[PromptItem]:
+    return [
+        PromptItem(
+            index=10 + i,
+            row={"id": i, "tools": TOOLS},
+            messages=({"role": "user", "content": f"What is 2 + 2? ({i})"},),
+            answer="4",
+        )
+        for i in range(count)
+    ]
+
+
+def _client(ctx: AgentContext) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=ctx.get_base_url(), api_key=ctx.api_key, max_retries=0)
+
+
+async def _two_turns(client: openai.AsyncOpenAI, ctx: AgentContext, item: AgentItem) -> Any:
+    """Ask, run the tool the model called (or a default), append the result, ask again."""
+    messages: list[Any] = list(item.messages)
+    tools = item.row["tools"]
+    turns = []
+    first = await client.chat.completions.create(model=ctx.model, messages=messages, tools=tools)
+    turns.append(AgentTrajectoryTurn(item=item, messages=list(messages), response=first))
+    message = first.choices[0].message
+    messages.append(message.model_dump(exclude_none=True))
+    calls = message.tool_calls or []
+    total = sum(json.loads(calls[0].function.arguments).values()) if calls else 0
+    call_id = calls[0].id if calls else "none"
+    messages.append({"role": "tool", "tool_call_id": call_id, "content": f"sum={total}"})
+    second = await client.chat.completions.create(model=ctx.model, messages=messages, tools=tools)
+    turns.append(AgentTrajectoryTurn(item=item, messages=list(messages), response=second))
+    messages.append(second.choices[0].message.model_dump(exclude_none=True))
+    return AgentTrajectory(item=item, turns=turns, messages=messages, metadata={"tool": "add"})
+
+
+async def two_turn_agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+    client = _client(ctx)
+    try:
+        return await ctx.run_each(batch, lambda item: _two_turns(client, ctx, item))
+    finally:
+        await client.close()
+
+
+def _reply(prompt: str, call: int) -> str:
+    if "<tool_response>sum=4" in prompt:
+        return "The answer is 4."
+    return "Let me add.\n" + CALL
+
+
+def _collect(engine: Any, tokenizer: Any, agent: Any, **kw: Any) -> tuple[list, dict]:
+    options: dict[str, Any] = {
+        "sampling": SamplingParams(max_new_tokens=96),
+        "n_samples": 2,
+        "scorer": RewardScorer(lambda record: 0.0),
+        "timeout_s": 20.0,
+    }
+    options.update(kw)
+    items = options.pop("items", None) or _items()
+    return collect_agentic_groups(
+        items, agent_fn=agent, engine=engine, tokenizer=tokenizer, **options
+    )
+
+
+def test_collect_two_turn_tool_agent_builds_scored_groups(byte_tokenizer: Any, scripted) -> None:
+    engine = scripted(byte_tokenizer, _reply)
+    seen: list[RewardRecord] = []
+
+    def reward(record: RewardRecord) -> float:
+        seen.append(record)
+        ok = "4" in record.completion and record.tool_results[0]["content"] == "sum=4"
+        return 1.0 if ok else 0.0
+
+    groups, metrics = _collect(engine, byte_tokenizer, two_turn_agent, scorer=RewardScorer(reward))
+    assert [g.item.index for g in groups] == [10, 11]
+    assert [[t.sample_index for t in g.trajectories] for g in groups] == [[0, 1], [0, 1]]
+    assert all(t.reward == 1.0 for g in groups for t in g.trajectories)
+    first_reply = [*byte_tokenizer.encode("Let me add.\n" + CALL), byte_tokenizer.eos_token_id]
+    final_reply = [*byte_tokenizer.encode("The answer is 4."), byte_tokenizer.eos_token_id]
+    for group in groups:
+        for trajectory in group.trajectories:
+            assert trajectory.input_ids[-len(final_reply) :] == final_reply
+            assert trajectory.num_action_tokens == len(first_reply) + len(final_reply)
+            assert trajectory.metadata["history_rewrites"] == 0
+            assert trajectory.metadata["prefix_reused"] == 1
+            assert trajectory.metadata["reward_source"] == "reward_fn"
+            p = trajectory.prompt_len
+            assert trajectory.input_ids[p : p + len(first_reply)] == first_reply
+            assert trajectory.loss_mask[p : p + len(first_reply)] == [1] * len(first_reply)
+    record = seen[0]
+    assert record.tool_calls[0]["function"]["name"] == "add"
+    assert [m["role"] for m in record.messages] == ["user", "assistant", "tool", "assistant"]
+    assert record.metadata["tool"] == "add" and len(record.metadata["trace"]) == 2
+    assert record.answer == "4" and record.row["id"] in (0, 1)
+    assert metrics["rollout/samples"] == 4.0
+    assert metrics["rollout/accuracy"] == 1.0
+    assert metrics["rollout/turns_mean"] == 2.0 and metrics["rollout/turns_max"] == 2.0
+    assert metrics["rollout/tool_calls_mean"] == 1.0
+    assert metrics["rollout/agent_errors"] == 0.0 and metrics["rollout/context_overflow"] == 0.0
+    assert metrics["rollout/agent_requests"] == 8.0
+    assert metrics["rollout/agent_generate_calls"] < 8.0  # concurrent turns were batched
+    assert metrics["time/agent"] > 0.0
+
+
+def test_collect_with_tiny_model_trains_tool_results_when_asked(tiny_policy: Any) -> None:
+    model, tokenizer, engine = tiny_policy
+    sampling = SamplingParams(max_new_tokens=12, temperature=1.0)
+    generator = torch.Generator().manual_seed(0)
+    groups, metrics = _collect(
+        engine,
+        tokenizer,
+        two_turn_agent,
+        items=_items(1),
+        sampling=sampling,
+        train_tool_results=True,
+        generator=generator,
+    )
+    (group,) = groups
+    assert len(group.trajectories) == 2
+    for trajectory in group.trajectories:
+        tool_positions = trajectory.metadata["tool_positions"]
+        tool_text = tokenizer.decode([trajectory.input_ids[i] for i in tool_positions])
+        assert tool_text == "<|im_start|>tool\n<tool_response>sum=0</tool_response><|im_end|>\n"
+        assert all(trajectory.loss_mask[i] == 1 for i in tool_positions)
+        assert trajectory.metadata["history_rewrites"] == 0
+        ids = torch.tensor([trajectory.input_ids])
+        with torch.no_grad():
+            expected = token_logprobs_from_logits(model(input_ids=ids).logits, ids)[0]
+        got = torch.tensor([trajectory.rollout_logprobs[i] for i in tool_positions])
+        torch.testing.assert_close(got, expected[tool_positions], atol=1e-4, rtol=1e-4)
+        sampled = [i for i, m in enumerate(trajectory.loss_mask) if m and i not in tool_positions]
+        assert 2 <= len(sampled) <= 24  # both turns sampled 1 to 12 tokens
+        got = torch.tensor([trajectory.rollout_logprobs[i] for i in sampled])
+        torch.testing.assert_close(got, expected[sampled], atol=1e-4, rtol=1e-4)
+    assert metrics["rollout/turns_mean"] == 2.0
+
+
+def test_collect_counts_crashed_timed_out_and_empty_samples(byte_tokenizer: Any, scripted) -> None:
+    engine = scripted(byte_tokenizer, "fine")
+
+    async def sample(client: openai.AsyncOpenAI, ctx: AgentContext, item: AgentItem) -> Any:
+        key = (item.prompt_index, item.sample_index)
+        if key == (10, 0):
+            raise ValueError("tool exploded")
+        if key == (10, 1):
+            await asyncio.sleep(30)
+        if key == (11, 0):
+            return None
+        reply = await client.chat.completions.create(model=ctx.model, messages=item.messages)
+        return AgentTrajectoryTurn(item=item, messages=item.messages, response=reply)
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+        client = _client(ctx)
+        try:
+            return await ctx.run_each(batch, lambda item: sample(client, ctx, item), timeout_s=1.5)
+        finally:
+            await client.close()
+
+    groups, metrics = _collect(engine, byte_tokenizer, agent)
+    assert [(g.item.index, [t.sample_index for t in g.trajectories]) for g in groups] == [(11, [1])]
+    assert metrics["rollout/agent_errors"] == 3.0
+    assert metrics["rollout/agent_timeouts"] == 1.0
+    assert metrics["rollout/skipped_prompts"] == 1.0
+    assert metrics["rollout/samples"] == 1.0
+
+
+def test_collect_agent_timeout_keeps_finished_samples(byte_tokenizer: Any, scripted) -> None:
+    engine = scripted(byte_tokenizer, "fine")
+
+    async def sample(client: openai.AsyncOpenAI, ctx: AgentContext, item: AgentItem) -> Any:
+        if item.key == (11, 1):
+            await asyncio.sleep(30)
+        reply = await client.chat.completions.create(model=ctx.model, messages=item.messages)
+        return AgentTrajectoryTurn(item=item, messages=item.messages, response=reply)
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+        client = _client(ctx)
+        try:
+            return await ctx.run_each(batch, lambda item: sample(client, ctx, item))
+        finally:
+            await client.close()
+
+    groups, metrics = _collect(engine, byte_tokenizer, agent, timeout_s=2.0)
+    assert [len(g.trajectories) for g in groups] == [2, 1]
+    assert metrics["rollout/agent_errors"] == 1.0
+    assert metrics["rollout/agent_timeouts"] == 1.0
+
+
+def test_collect_agent_that_raises_fails_the_step(byte_tokenizer: Any, scripted) -> None:
+    engine = scripted(byte_tokenizer, "fine")
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+        raise RuntimeError("agent setup broke")
+
+    with pytest.raises(AgentError, match="agent setup broke") as caught:
+        _collect(engine, byte_tokenizer, agent)
+    assert "Traceback" in str(caught.value)
+    assert engine.calls == []
+
+
+def test_collect_agent_returning_nothing_fails_the_step(byte_tokenizer: Any, scripted) -> None:
+    engine = scripted(byte_tokenizer, "fine")
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> None:
+        return None
+
+    with pytest.raises(AgentError, match="returned nothing for sample"):
+        _collect(engine, byte_tokenizer, agent)
+
+
+def test_collect_async_generator_agent_reward_skips_reward_fn(
+    byte_tokenizer: Any, scripted
+) -> None:
+    engine = scripted(byte_tokenizer, "fine")
+    calls: list[Any] = []
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> Any:
+        client = _client(ctx)
+        try:
+            for item in batch.iter_samples():
+                reply = await client.chat.completions.create(
+                    model=ctx.model, messages=item.messages
+                )
+                reward = 0.5 if item.sample_index == 0 else None
+                yield AgentTrajectoryTurn(item, item.messages, reply, reward=reward)
+        finally:
+            await client.close()
+
+    scorer = RewardScorer(lambda record: calls.append(record) or 0.25)
+    groups, metrics = _collect(engine, byte_tokenizer, agent, scorer=scorer)
+    rewards = [[t.reward for t in g.trajectories] for g in groups]
+    assert rewards == [[0.5, 0.25], [0.5, 0.25]]
+    assert len(calls) == 2
+    assert {g.trajectories[0].metadata["reward_source"] for g in groups} == {"agent"}
+    assert metrics["rollout/turns_mean"] == 1.0
+
+
+def test_collect_drops_rows_over_max_context_len(byte_tokenizer: Any, scripted) -> None:
+    engine = scripted(byte_tokenizer, _reply)
+    groups, metrics = _collect(engine, byte_tokenizer, two_turn_agent, max_context_len=40)
+    assert groups == []
+    assert metrics["rollout/context_overflow"] == 4.0
+    assert metrics["rollout/agent_errors"] == 0.0
+    assert metrics["rollout/samples"] == 0.0
+
+
+def test_collect_result_for_foreign_item_raises_user_code_error(
+    byte_tokenizer: Any, scripted
+) -> None:
+    engine = scripted(byte_tokenizer, "fine")
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> Any:
+        stranger = AgentItem(row={}, messages=(), prompt_index=99, sample_index=0)
+        return AgentTrajectory(item=stranger, turns=[])
+
+    with pytest.raises(UserCodeError, match=r"\(99, 0\), which is not in this step's batch"):
+        _collect(engine, byte_tokenizer, agent)
+
+
+def test_collect_agent_returning_wrong_type_raises_user_code_error(
+    byte_tokenizer: Any, scripted
+) -> None:
+    engine = scripted(byte_tokenizer, "fine")
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> Any:
+        return {"not": "a trajectory"}
+
+    with pytest.raises(UserCodeError, match="returned a dict"):
+        _collect(engine, byte_tokenizer, agent)
+
+
+class _Registry:
+    def __init__(self, agents: dict[str, Any]) -> None:
+        self.agents = agents
+
+    def get(self, kind: str, name: str) -> Any:
+        assert kind == "agents"
+        return self.agents[name]
+
+
+def test_resolve_agent_fn_from_file_and_registry(tmp_path: Path) -> None:
+    path = tmp_path / "my_agent.py"
+    path.write_text(
+        "async def run_agent(ctx, batch):\n    return []\n\n"
+        "async def other(ctx, batch):\n    yield None\n\n"
+        "def blocking(ctx, batch):\n    return []\n"
+    )
+    assert resolve_agent_fn(str(path), _Registry({})).__name__ == "run_agent"
+    assert resolve_agent_fn(f"{path}:other", _Registry({})).__name__ == "other"
+    assert resolve_agent_fn("games", _Registry({"games": two_turn_agent})) is two_turn_agent
+    with pytest.raises(UserCodeError, match="must be defined with 'async def"):
+        resolve_agent_fn(f"{path}:blocking", _Registry({}))
+    with pytest.raises(UserCodeError, match="no function 'missing'"):
+        resolve_agent_fn(f"{path}:missing", _Registry({}))

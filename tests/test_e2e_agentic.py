@@ -1,0 +1,40 @@
+"""Agentic recipes train end to end on CPU through the local OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from areno_core.cli.main import main
+from areno_core.registry import set_registry
+
+
+@pytest.fixture(autouse=True)
+def _installed_plugins(monkeypatch):
+    monkeypatch.delenv("ARENO_PLUGINS", raising=False)
+    set_registry(None)
+    yield
+    set_registry(None)
+
+
+@pytest.mark.parametrize("recipe", ["agentic/tictactoe-cpu", "agentic/duelgrid-cpu"])
+def test_agentic_recipe_trains_through_endpoint(tmp_path: Path, recipe: str):
+    run = tmp_path / "run"
+    try:
+        main(["train", "--recipe", recipe, "--algo", "gspo", "--max-steps", "2",
+              "--save-path", str(run)])  # fmt: skip
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    steps = [json.loads(line) for line in (run / "tensorboard" / "metrics.jsonl").open()]
+    assert [s["step"] for s in steps] == [1, 2]
+    for step in steps:
+        assert step["rollout/agent_requests"] >= step["rollout/samples"] > 0
+        assert step["rollout/agent_errors"] == 0
+        assert 0.0 <= step["rollout/reward_mean"] <= 1.0
+        assert step["train/target_tokens"] > 0
+    if recipe.startswith("agentic/duelgrid"):
+        assert steps[-1]["rollout/turns_mean"] >= 1.0
+    assert (run / "latest").read_text().strip() == "step_2"
+    assert (run / "step_2" / "model.safetensors").is_file()
