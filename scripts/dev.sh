@@ -42,6 +42,8 @@ test_all() {
   "$PY" -m pytest -q -p no:cacheprovider "$@"
   # The smoke matrix: one tiny CPU recipe per algorithm, gates checked by code.
   "$PY" -m areno_smoke
+  # The agentic pack's internal CPU recipes: every agentic path through the local endpoint.
+  "$PY" -m areno_smoke --pack agentic --no-coverage
 }
 
 case "${1:-}" in
