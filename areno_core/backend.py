@@ -30,6 +30,7 @@ from areno_core.train.batching import (
     plan_steps,
     select_rows,
     sort_by_length,
+    split_by_padding,
 )
 from areno_core.train.featurize import preference_trajectories, sft_trajectories
 from areno_core.train.forward import policy_outputs, value_outputs
@@ -183,10 +184,16 @@ class _Prepared:
 
 
 class LocalBackend:
-    """Trains in this process, on CPU or one GPU."""
+    """Trains in this process, on CPU or one GPU.
 
-    def __init__(self, *, device: str | None = None) -> None:
+    ``share_prefix`` (default on): rows of a microbatch that start with the same prompt (the
+    samples of one group, the two answers of a pair) run that prompt once and reuse its keys
+    and values (see :mod:`areno_core.train.forward`); off, every row runs in full.
+    """
+
+    def __init__(self, *, device: str | None = None, share_prefix: bool = True) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.share_prefix = share_prefix
 
     def train(
         self,
@@ -388,7 +395,9 @@ class LocalBackend:
                 batch,
                 score_plan,
                 device,
-                lambda mb: policy_outputs(reference, mb, temperature=temperature)["logprobs"],
+                lambda mb: policy_outputs(
+                    reference, mb, temperature=temperature, share_prefix=self.share_prefix
+                )["logprobs"],
             )
         critic = model.ensure_critic() if "critic" in spec.roles else None
         if critic is not None:
@@ -408,6 +417,13 @@ class LocalBackend:
         )
         steps = [sort_by_length(s, batch["lengths"], prepared.unit_rows) for s in steps]
         policy = model.policy
+        piece_cost = _piece_cost(policy, device) if spec.kind == "supervised" else None
+        if piece_cost is not None:
+            lengths = batch["lengths"]
+            steps = [
+                [piece for micro in s for piece in split_by_padding(micro, lengths, piece_cost)]
+                for s in steps
+            ]
         policy.train()
         if critic is not None:
             critic.train()
@@ -433,6 +449,7 @@ class LocalBackend:
                     mb,
                     temperature=temperature,
                     need_entropy=spec.needs_entropy or spec.kind == "online",
+                    share_prefix=self.share_prefix,
                 )
                 if critic is not None:
                     outputs["values"] = value_outputs(critic, mb)
@@ -485,6 +502,20 @@ def _algorithm_config(spec: AlgorithmSpec, options: Mapping[str, Any]) -> Any:
             f"algorithm {spec.name!r}; its options are: {', '.join(sorted(valid)) or 'none'}"
         )
     return spec.make_config(dict(options))
+
+
+# What one more forward and backward pass costs on a CPU beyond its arithmetic (Python, kernel
+# launches, allocation), in FLOPs: a few milliseconds at this machine class's matmul rate.
+_CPU_PASS_OVERHEAD_FLOPS = 2e9
+
+
+def _piece_cost(model: Any, device: torch.device) -> int | None:
+    """Padded tokens worth one more pass when a supervised microbatch is cut by length
+    (see :func:`split_by_padding`); None on GPUs, whose kernels want whole microbatches."""
+    if device.type != "cpu":
+        return None
+    params = sum(p.numel() for p in model.parameters())
+    return max(1, int(_CPU_PASS_OVERHEAD_FLOPS / (6 * max(params, 1))))
 
 
 def _score_plan(lengths: torch.Tensor, mini_bs: int) -> list[list[int]]:

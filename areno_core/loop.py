@@ -1,11 +1,11 @@
 """The training loop, on one screen.
 
-    for each step:
-        rows  = next batch of dataset rows
-        data  = rows                       (sft, dpo)
-              | rollout(rows) -> groups    (online RL: sample, score, group)
-        result = backend.train(model, data, ...)
-        log metrics, update the progress bar, save a checkpoint every --save-interval steps
+for each step:
+    rows  = next batch of dataset rows
+    data  = rows                       (sft, dpo)
+          | rollout(rows) -> groups    (online RL: sample, score, group)
+    result = backend.train(model, data, ...)
+    log metrics, update the progress bar, save a checkpoint every --save-interval steps
 """
 
 from __future__ import annotations

@@ -21,18 +21,24 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TrainBatch:
     """Right-pad trajectories into one batch dict of [B, T] tensors (+ per-row scalars)."""
     if not trajectories:
         raise ValueError("cannot collate an empty list of trajectories")
-    width = max(len(t.input_ids) for t in trajectories)
-    rows = len(trajectories)
+    lengths = torch.tensor([len(t.input_ids) for t in trajectories], dtype=torch.long)
+    rows, width = len(trajectories), int(lengths.max())
+    # Row-major order of the valid slots is the order of the concatenated rows: one copy per
+    # field instead of one small tensor per row.
+    valid = torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)
     input_ids = torch.full((rows, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((rows, width), dtype=torch.long)
+    input_ids[valid] = torch.tensor(
+        [x for t in trajectories for x in t.input_ids], dtype=torch.long
+    )
+    attention_mask = valid.long()
     loss_mask = torch.zeros((rows, width), dtype=torch.float32)
+    loss_mask[valid] = torch.tensor(
+        [x for t in trajectories for x in t.loss_mask], dtype=torch.float32
+    )
     rollout_logprobs = torch.zeros((rows, width), dtype=torch.float32)
-    for i, t in enumerate(trajectories):
-        n = len(t.input_ids)
-        input_ids[i, :n] = torch.tensor(t.input_ids, dtype=torch.long)
-        attention_mask[i, :n] = 1
-        loss_mask[i, :n] = torch.tensor(t.loss_mask, dtype=torch.float32)
-        rollout_logprobs[i, :n] = torch.tensor(t.rollout_logprobs, dtype=torch.float32)
+    rollout_logprobs[valid] = torch.tensor(
+        [x for t in trajectories for x in t.rollout_logprobs], dtype=torch.float32
+    )
     loss_mask[:, 0] = 0.0  # the first token is never predicted
     return {
         "input_ids": input_ids,
@@ -108,6 +114,32 @@ def sort_by_length(step: list[list[int]], lengths: torch.Tensor, unit_rows: int)
         out.append([r for unit in units[start : start + size] for r in unit])
         start += size
     return out
+
+
+def split_by_padding(
+    rows: Sequence[int], lengths: torch.Tensor, piece_cost: int
+) -> list[list[int]]:
+    """Cut one microbatch into pieces of similar length, run one after the other.
+
+    Each piece is padded only to its own longest row. The cut minimises the padded token count
+    plus ``piece_cost`` tokens per piece (the fixed cost of one more forward and backward pass),
+    so rows of very different lengths stop paying for each other's padding, and rows of equal
+    length stay together. Gradients are summed over pieces exactly as over microbatches.
+    """
+    order = sorted(rows, key=lambda r: int(lengths[r]))
+    lens = [int(lengths[r]) for r in order]
+    best = [0.0] + [float("inf")] * len(order)
+    cut = [0] * (len(order) + 1)
+    for end in range(1, len(order) + 1):
+        for begin in range(end):
+            cost = best[begin] + (end - begin) * lens[end - 1] + piece_cost
+            if cost < best[end]:
+                best[end], cut[end] = cost, begin
+    pieces, end = [], len(order)
+    while end > 0:
+        pieces.append(order[cut[end] : end])
+        end = cut[end]
+    return pieces[::-1]
 
 
 def padding_fraction(micro_rows: Sequence[Sequence[int]], lengths: torch.Tensor) -> float:

@@ -1,11 +1,24 @@
-"""Scoring tokens with a model: per-token log-probabilities, entropies and values."""
+"""Scoring tokens with a model: per-token log-probabilities, entropies and values.
+
+Rows that start with the same prompt (the samples of one GRPO group, the two answers of a DPO
+pair) share that prompt's computation: :func:`policy_outputs` runs each distinct prompt once,
+hands its keys and values to every row that starts with it, and runs only the rest of each
+row on top (see :func:`shared_prefix_plan`). The gradient flows back through the shared keys
+and values into the prompt's forward pass, so the result is the same as running every row in
+full, up to floating-point rounding, for a fraction of the work when prompts are long.
+"""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
+import attrs
 import torch
 import torch.nn.functional as F
+
+# Share prompts only when that cuts the padded token count of a microbatch by at least this.
+MIN_SHARED_SAVING = 0.2
 
 
 def token_logprobs_from_logits(
@@ -33,17 +46,196 @@ def policy_outputs(
     *,
     temperature: float = 1.0,
     need_entropy: bool = False,
+    share_prefix: bool = True,
 ) -> dict[str, torch.Tensor]:
-    """Run ``model`` on a microbatch and return ``logprobs`` (and ``entropy``) [B, T]."""
+    """Run ``model`` on a microbatch and return ``logprobs`` (and ``entropy``) [B, T].
+
+    With ``share_prefix`` (and a batch worth it, see :func:`shared_prefix_plan`) rows that
+    start with the same tokens share that prefix's forward pass; the outputs before each row's
+    first loss token are then 0 (they are masked out of every loss and statistic anyway).
+    """
+    plan = shared_prefix_plan(batch) if share_prefix and supports_shared_prefix(model) else None
+    if plan is not None:
+        return _shared_prefix_outputs(model, batch, plan, temperature, need_entropy)
     out = model(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
     )
-    logits = out.logits
-    result = {"logprobs": token_logprobs_from_logits(logits, batch["input_ids"], temperature)}
+    ids = batch["input_ids"]
+    logprobs, entropy = _scored_tokens(out.logits[:, :-1], ids[:, 1:], temperature, need_entropy)
+    result = {"logprobs": F.pad(logprobs, (1, 0), value=0.0)}
+    if entropy is not None:
+        result["entropy"] = F.pad(entropy, (1, 0), value=0.0)
+    return result
+
+
+def _scored_tokens(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, need_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probability of ``targets`` under ``logits`` [B, T, V] (and the entropy), with one
+    log-softmax shared by both; same values as :func:`token_logprobs_from_logits` and
+    :func:`token_entropy_from_logits`."""
+    scaled = logits.float()
+    if temperature != 1.0:
+        scaled = scaled / temperature
+    logp = F.log_softmax(scaled, dim=-1)
+    picked = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = None
     if need_entropy:
         with torch.no_grad():
-            result["entropy"] = token_entropy_from_logits(logits.detach(), temperature)
+            detached = logp.detach()
+            entropy = -(detached.exp() * detached).sum(-1)
+    return picked, entropy
+
+
+@attrs.frozen
+class SharedPrefixPlan:
+    """How a microbatch shares prompts: row ``r`` starts with prefix ``row_prefix[r]``, whose
+    tokens are ``input_ids[prefix_rows[u], :prefix_len[u]]``; ``start[r]`` (= that prefix's
+    length) is the row's first scored position, the first loss token."""
+
+    row_prefix: torch.Tensor  # [B]
+    prefix_rows: torch.Tensor  # [U]
+    prefix_len: torch.Tensor  # [U]
+    start: torch.Tensor  # [B]
+    prefix_width: int
+    suffix_width: int
+
+
+def supports_shared_prefix(model: Any) -> bool:
+    """Whether ``model`` can run a prefix once and continue it from its key/value cache with
+    gradients: a transformers causal LM with full attention in every layer and without
+    activation checkpointing (which turns the cache off in training)."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(model, "get_output_embeddings"):
+        return False
+    checkpointing = getattr(model, "is_activation_checkpointing", None)
+    if checkpointing is None:
+        checkpointing = getattr(model, "is_gradient_checkpointing", False)
+    if checkpointing:
+        return False
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(text, "is_encoder_decoder", False):
+        return False
+    layer_types = getattr(text, "layer_types", None)
+    return not layer_types or all(t == "full_attention" for t in layer_types)
+
+
+def shared_prefix_plan(
+    batch: dict[str, Any], min_saving: float = MIN_SHARED_SAVING
+) -> SharedPrefixPlan | None:
+    """Group the rows of ``batch`` by the tokens before their first loss token.
+
+    Returns None when no two rows share a prefix, or when sharing would cut the padded token
+    count (``B * T`` against ``U * P + B * S`` for ``U`` distinct prefixes of at most ``P``
+    tokens and row remainders of at most ``S``) by less than ``min_saving``.
+    """
+    ids, loss_mask = batch["input_ids"], batch.get("loss_mask")
+    if loss_mask is None or ids.shape[0] < 2:
+        return None
+    rows, width = ids.shape
+    lengths = batch["attention_mask"].sum(-1)
+    scored = loss_mask > 0
+    start = torch.where(scored.any(-1), scored.long().argmax(-1), lengths)
+    if bool((start < 1).any()):  # a row scored from its first token has no prefix to share
+        return None
+    columns = torch.arange(width, device=ids.device)
+    keys = ids.masked_fill(columns >= start.unsqueeze(-1), -1)
+    unique, row_prefix = torch.unique(keys, dim=0, return_inverse=True)
+    prefixes = unique.shape[0]
+    if prefixes == rows:
+        return None
+    prefix_len = (unique >= 0).sum(-1)
+    prefix_width = int(prefix_len.max())
+    suffix_width = int((lengths - start).max())
+    if suffix_width == 0:
+        return None
+    if prefixes * prefix_width + rows * suffix_width > (1.0 - min_saving) * rows * width:
+        return None
+    order = torch.arange(rows, device=ids.device)
+    prefix_rows = torch.full((prefixes,), rows, dtype=torch.long, device=ids.device)
+    prefix_rows = prefix_rows.scatter_reduce(0, row_prefix, order, reduce="amin")
+    return SharedPrefixPlan(
+        row_prefix=row_prefix,
+        prefix_rows=prefix_rows,
+        prefix_len=prefix_len,
+        start=start,
+        prefix_width=prefix_width,
+        suffix_width=suffix_width,
+    )
+
+
+def _shared_prefix_outputs(
+    model: Any,
+    batch: dict[str, Any],
+    plan: SharedPrefixPlan,
+    temperature: float,
+    need_entropy: bool,
+) -> dict[str, torch.Tensor]:
+    from transformers import DynamicCache
+
+    ids = batch["input_ids"]
+    rows, width = ids.shape
+    device = ids.device
+    lengths = batch["attention_mask"].sum(-1)
+
+    # 1. Each distinct prefix once, right-padded; keep the logits of its last token only.
+    columns = torch.arange(plan.prefix_width, device=device)
+    prefix_mask = columns < plan.prefix_len.unsqueeze(-1)
+    prefix_ids = ids[plan.prefix_rows, : plan.prefix_width].masked_fill(~prefix_mask, 0)
+    last = plan.prefix_len - 1
+    kwargs: dict[str, Any] = {}
+    slot = last
+    if _takes_logits_to_keep(model):
+        keep = torch.unique(last)
+        kwargs["logits_to_keep"] = keep
+        slot = torch.searchsorted(keep, last)
+    prefix_out = model(
+        input_ids=prefix_ids, attention_mask=prefix_mask.long(), use_cache=True, **kwargs
+    )
+    first_logits = prefix_out.logits[torch.arange(len(last), device=device), slot]
+
+    # 2. The rest of every row, attending to its prefix's keys and values.
+    cache = DynamicCache()
+    for index, layer in enumerate(prefix_out.past_key_values.layers):
+        cache.update(
+            layer.keys.index_select(0, plan.row_prefix),
+            layer.values.index_select(0, plan.row_prefix),
+            index,
+        )
+    offsets = torch.arange(plan.suffix_width, device=device)
+    positions = plan.start.unsqueeze(-1) + offsets
+    suffix_mask = positions < lengths.unsqueeze(-1)
+    suffix_ids = ids.gather(1, positions.clamp(max=width - 1)).masked_fill(~suffix_mask, 0)
+    attention = torch.cat([prefix_mask[plan.row_prefix], suffix_mask], dim=1).long()
+    suffix_out = model(
+        input_ids=suffix_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+    )
+    predicting = torch.cat(
+        [first_logits[plan.row_prefix].unsqueeze(1), suffix_out.logits[:, :-1]], dim=1
+    )
+    logprobs, entropy = _scored_tokens(predicting, suffix_ids, temperature, need_entropy)
+
+    def to_rows(values: torch.Tensor) -> torch.Tensor:
+        values = values.masked_fill(~suffix_mask, 0.0)
+        out = values.new_zeros(rows, width + plan.suffix_width).scatter(1, positions, values)
+        return out[:, :width]
+
+    result = {"logprobs": to_rows(logprobs)}
+    if entropy is not None:
+        result["entropy"] = to_rows(entropy)
     return result
+
+
+def _takes_logits_to_keep(model: Any) -> bool:
+    forward = getattr(model, "forward", None)
+    try:
+        return "logits_to_keep" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def value_outputs(critic: Any, batch: dict[str, Any]) -> torch.Tensor:

@@ -1,0 +1,369 @@
+"""GRPO step throughput: areno (native rollout + LocalBackend.train) against TRL's GRPOTrainer.
+
+    python bench/bench_grpo.py                          # both shapes, 3 repetitions per side
+    python bench/bench_grpo.py --shape tiny --reps 5
+    python bench/bench_grpo.py --shape gsm8k --json runs/bench/grpo.json
+
+One GRPO step is: sample ``n`` completions for each of the step's prompts, score them with the
+reward function, normalise rewards within each prompt's group, and make one optimizer step over
+all completions in microbatches of ``--micro-bs`` completions. Both sides run that step on the
+same saved random Qwen3, the same prompts in the same order, the same reward function, AdamW at
+a constant learning rate with no weight decay, gradient clipping at 1.0, clip epsilon 0.2 and
+the token-mean ("dapo") loss, no KL term and no reference model. Throughput is completions per
+second over the timed steps (the first ``--warmup`` steps of each run are not timed), and the
+reward columns show that speed was not bought with learning: the mean reward of the first
+step's rollout and of the last three steps' rollouts.
+
+Work that differs (stated in the output): areno keeps the logprobs computed while sampling and
+never recomputes them; TRL also skips that forward pass when, as here, each generation feeds
+exactly one optimizer step. TRL samples with ``transformers.generate`` on the padded batch;
+areno uses its native engine (continuous batching, EOS rows leave the batch). Each side logs its
+own training statistics (entropy, clip fractions); TRL's logging to files is off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+
+SHAPES: dict[str, dict[str, Any]] = {
+    # The issue's tiny workload: arithmetic prompts, 16 prompts x 8 samples, <= 8 new tokens.
+    "tiny": {
+        "model": "random:qwen3-tiny",
+        "prompts": 16,
+        "samples": 8,
+        "new_tokens": 8,
+        "micro_bs": 128,
+        "lr": 3e-3,
+        "warmup": 1,
+        "steps": 20,
+    },
+    # The larger shape: real GSM8K questions, the ~20M-parameter preset, 64 new tokens.
+    "gsm8k": {
+        "model": "random:qwen3-small",
+        "prompts": 4,
+        "samples": 8,
+        "new_tokens": 64,
+        "micro_bs": 32,
+        "lr": 1e-4,
+        "warmup": 1,
+        "steps": 3,
+    },
+}
+SIDES = ("areno", "trl")
+
+
+# -- workload ---------------------------------------------------------------------------------
+
+
+def arithmetic_rows(count: int, seed: int = 0) -> list[dict[str, str]]:
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        a, b = rng.randrange(50), rng.randrange(50)
+        rows.append({"prompt": f"{a}+{b}=", "answer": str(a + b)})
+    return rows
+
+
+def gsm8k_rows(count: int) -> list[dict[str, str]]:
+    raw = common.read_jsonl(common.GSM8K_DIR / "train.jsonl", limit=count)
+    return [
+        {
+            "prompt": f"Question: {r['question']}\nAnswer:",
+            "answer": r["answer"].split("####")[-1].strip(),
+        }
+        for r in raw
+    ]
+
+
+def score_text(completion: str, answer: str) -> float:
+    """1.0 if the answer appears in the completion, else the share of its characters that are
+    digits: a random model never solves the task, the digit share still lets a group's rewards
+    differ, so both trainers have something to learn."""
+    if answer and answer in completion:
+        return 1.0
+    return sum(ch.isdigit() for ch in completion) / max(len(completion), 1)
+
+
+# -- children ---------------------------------------------------------------------------------
+
+
+def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
+    common.set_threads(args.threads)
+    from areno_core.backend import LocalBackend, TrainableModel
+    from areno_core.rewards import RewardScorer
+    from areno_core.rollout.base import EngineOptions
+    from areno_core.rollout.collect import collect_groups, prompt_item
+    from areno_core.rollout.native import NativeEngine
+    from areno_core.types import SamplingParams
+
+    model = TrainableModel.from_ckpt(str(args.model_dir), seed=args.seed)
+    tokenizer = model.tokenizer
+    backend = LocalBackend(device="cpu", share_prefix=not args.no_share_prefix)
+    engine = NativeEngine(model.policy, tokenizer, EngineOptions(attn_backend="native"))
+
+    def reward_fn(record: Any) -> float:
+        text = tokenizer.decode(list(record.token_ids), skip_special_tokens=True)
+        return score_text(text, record.answer or "")
+
+    scorer = RewardScorer(reward_fn)
+    sampling = SamplingParams(max_new_tokens=shape["new_tokens"], temperature=1.0)
+    per_step = shape["prompts"]
+    clock = common.StepClock(shape["warmup"])
+    rewards: list[float] = []
+    tokens = 0
+    for step in range(shape["warmup"] + shape["steps"]):
+        batch = rows[step * per_step : (step + 1) * per_step]
+        items = [prompt_item(step * per_step + i, row) for i, row in enumerate(batch)]
+        engine.start_session()
+        groups, metrics = collect_groups(
+            items,
+            engine=engine,
+            tokenizer=tokenizer,
+            sampling=sampling,
+            n_samples=shape["samples"],
+            scorer=scorer,
+            generator=model.rollout_generator,
+        )
+        engine.end_session()
+        backend.train(
+            model,
+            groups,
+            algorithm="grpo",
+            learning_rate=shape["lr"],
+            lr_decay_style="constant",
+            weight_decay=0.0,
+            grad_clip_norm=1.0,
+            mini_bs=shape["micro_bs"],
+            temperature=1.0,
+            max_new_tokens=shape["new_tokens"],
+            grpo_clip_eps=0.2,
+        )
+        rewards.append(metrics["rollout/reward_mean"])
+        if step >= shape["warmup"]:
+            tokens += sum(t.num_action_tokens for g in groups for t in g.trajectories)
+        clock.mark()
+    return _result(clock, shape, rewards, tokens)
+
+
+def run_trl(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
+    common.set_threads(args.threads)
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.manual_seed(args.seed)
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    clock = common.StepClock(shape["warmup"])
+    rewards: list[float] = []
+    completion_tokens: list[int] = []
+
+    def reward_fn(
+        prompts: list[str],
+        completions: list[str],
+        completion_ids: list[list[int]],
+        answer: list[str],
+        **_: Any,
+    ) -> list[float]:
+        scores = [score_text(c, a) for c, a in zip(completions, answer, strict=True)]
+        rewards.append(sum(scores) / len(scores))
+        completion_tokens.append(sum(len(ids) for ids in completion_ids))
+        return scores
+
+    reward_fn.__name__ = "digits_reward"
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            clock.mark()
+
+    total = shape["warmup"] + shape["steps"]
+    samples = shape["prompts"] * shape["samples"]
+    config = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="trl-grpo-"),
+        per_device_train_batch_size=shape["micro_bs"],
+        gradient_accumulation_steps=samples // shape["micro_bs"],
+        num_generations=shape["samples"],
+        max_completion_length=shape["new_tokens"],
+        max_steps=total,
+        learning_rate=shape["lr"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        beta=0.0,
+        epsilon=0.2,
+        loss_type="dapo",
+        scale_rewards="group",
+        num_iterations=1,
+        gradient_checkpointing=False,
+        bf16=False,
+        fp16=False,
+        use_cpu=True,
+        shuffle_dataset=False,
+        report_to=[],
+        logging_strategy="no",
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=args.seed,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_fn,
+        args=config,
+        train_dataset=Dataset.from_list(rows[: total * shape["prompts"]]),
+        processing_class=tokenizer,
+        callbacks=[Clock()],
+    )
+    trainer.train()
+    tokens = sum(completion_tokens[shape["warmup"] :])
+    return _result(clock, shape, rewards, tokens)
+
+
+def _result(
+    clock: common.StepClock, shape: dict[str, Any], rewards: list[float], tokens: int
+) -> dict[str, Any]:
+    samples = shape["prompts"] * shape["samples"] * clock.timed_steps
+    seconds = clock.timed_seconds
+    return {
+        "samples_per_s": samples / seconds,
+        "step_s": seconds / clock.timed_steps,
+        "completion_tokens_per_s": tokens / seconds,
+        "reward_first": rewards[0],
+        "reward_last3": sum(rewards[-3:]) / len(rewards[-3:]),
+        "rewards": rewards,
+        "steps": len(rewards),
+    }
+
+
+def child_main(args: Any) -> None:
+    shape = dict(SHAPES[args.shape])
+    shape.update({k: v for k, v in _overrides(args).items() if v is not None})
+    rows = workload_rows(args.shape, shape)
+    runner = run_areno if args.child == "areno" else run_trl
+    common.emit(runner(args, shape, rows))
+
+
+def workload_rows(name: str, shape: dict[str, Any]) -> list[dict[str, str]]:
+    count = shape["prompts"] * (shape["warmup"] + shape["steps"])
+    return arithmetic_rows(count) if name == "tiny" else gsm8k_rows(count)
+
+
+def _overrides(args: Any) -> dict[str, Any]:
+    return {"steps": args.steps, "prompts": args.prompts, "warmup": args.warmup}
+
+
+# -- driver -----------------------------------------------------------------------------------
+
+
+def drive(args: Any) -> dict[str, Any]:
+    report: dict[str, Any] = {"machine": common.machine_info(args.threads), "shapes": {}}
+    print(f"machine: {report['machine']}")
+    names = list(SHAPES) if args.shape == "all" else [args.shape]
+    for name in names:
+        shape = dict(SHAPES[name])
+        shape.update({k: v for k, v in _overrides(args).items() if v is not None})
+        print(
+            f"\n== GRPO, shape {name}: {shape['model']}, {shape['prompts']} prompts x "
+            f"{shape['samples']} samples, <= {shape['new_tokens']} new tokens, microbatch "
+            f"{shape['micro_bs']}, lr {shape['lr']}, {shape['warmup']} warm-up + "
+            f"{shape['steps']} timed steps per run, {args.reps} runs per side"
+        )
+        with tempfile.TemporaryDirectory(prefix="areno-bench-") as tmp:
+            model_dir = common.save_random_model(shape["model"], Path(tmp) / "model")
+            child_args = ["--shape", name, "--model-dir", str(model_dir), "--threads"]
+            child_args.append(str(args.threads))
+            if args.no_share_prefix:
+                child_args.append("--no-share-prefix")
+            for key, value in _overrides(args).items():
+                if value is not None:
+                    child_args += [f"--{key}", str(value)]
+
+            def run_one(side: str, rep: int, child_args: list[str] = child_args) -> dict:
+                extra = ["--child", side, "--seed", str(rep)]
+                return common.run_child(Path(__file__), [*child_args, *extra])
+
+            results = common.interleaved(SIDES, args.reps, run_one)
+        keys = ["samples_per_s", "step_s", "reward_first", "reward_last3", "peak_rss_mib"]
+        summary = common.summarize(results, keys)
+        report["shapes"][name] = {"shape": shape, "runs": results, "median": summary}
+        print_summary(name, shape, summary)
+    print(
+        "\nNot the same work on both sides: TRL samples with transformers.generate on the "
+        "padded batch, areno with its native engine; neither recomputes old logprobs (one "
+        "optimizer step per rollout); neither loads a reference model (beta = 0)."
+    )
+    return report
+
+
+def print_summary(name: str, shape: dict[str, Any], summary: dict[str, dict[str, float]]) -> None:
+    a, t = summary["areno"], summary["trl"]
+    rows = []
+    for side, s in (("areno", a), ("TRL GRPOTrainer", t)):
+        rows.append(
+            [
+                side,
+                s["samples_per_s"],
+                s["step_s"],
+                s["reward_first"],
+                s["reward_last3"],
+                s["peak_rss_mib"],
+                f"{s['load_min']:.1f}-{s['load_max']:.1f}",
+            ]
+        )
+    steps = shape["warmup"] + shape["steps"]
+    print(
+        common.table(
+            [
+                "side",
+                "samples/s",
+                "s/step",
+                "reward step 1",
+                f"reward steps {steps - 2}-{steps}",
+                "peak RSS MiB",
+                "load",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"ratio areno/TRL: samples/s {a['samples_per_s'] / t['samples_per_s']:.2f}x, "
+        f"peak RSS {a['peak_rss_mib'] / t['peak_rss_mib']:.2f}x, "
+        f"final reward {a['reward_last3'] - t['reward_last3']:+.3f} (areno - TRL)"
+    )
+
+
+def main() -> None:
+    parser = common.base_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=[*SHAPES, "all"], default="all")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed steps per run")
+    parser.add_argument("--prompts", type=int, default=None, help="prompts per step")
+    parser.add_argument(
+        "--no-share-prefix",
+        action="store_true",
+        help="areno: run every row in full (LocalBackend(share_prefix=False)), to see the gain",
+    )
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child_main(args)
+        return
+    common.write_json(args.json, drive(args))
+
+
+if __name__ == "__main__":
+    main()

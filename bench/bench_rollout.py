@@ -1,0 +1,233 @@
+"""Rollout decode throughput: areno's native engine against ``transformers`` ``generate``.
+
+    python bench/bench_rollout.py                       # both scenarios, batch 1, 32 and 128
+    python bench/bench_rollout.py --scenario decode --batch 32 --new-tokens 128 --reps 5
+
+Both sides load the same saved random Qwen3 and sample (temperature 1, no top-k / top-p) up to
+``--new-tokens`` tokens for ``batch`` sequences. Two scenarios:
+
+* ``decode``: the issue's microbenchmark. ``batch`` distinct random ``--prompt-len``-token
+  prompts, end-of-sequence disabled, so every row produces exactly ``--new-tokens`` tokens and
+  both sides do the same arithmetic.
+* ``grpo``: what an RL rollout asks for. ``batch / 8`` real GSM8K questions, 8 samples each
+  (``batch`` 1: one question, one sample), end-of-sequence on. ``generate`` gets every prompt
+  repeated 8 times (as TRL hands it over); the native engine gets each prompt once with
+  ``n=8``. Only tokens up to and including each row's end-of-sequence count as generated.
+
+Throughput is generated tokens per second of wall time for one ``generate`` call, the median of
+``--calls`` calls per process after an untimed warm-up call; each (side, batch) pair runs in
+its own process so its peak RSS is its own. The table also shows the arithmetic rate the
+tokens imply (2 x parameters FLOPs per generated token, prompt tokens not counted).
+
+Work that differs (stated in the output): the native engine also returns the log-probability
+of every sampled token (what RL needs); ``generate`` as configured here returns tokens only.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+
+SIDES = ("areno", "hf")
+SAMPLES_PER_PROMPT = 8  # the grpo scenario
+
+
+def workload(args: Any, vocab: int) -> tuple[list[list[int]], int]:
+    """The distinct prompts (token ids) and the number of samples wanted for each."""
+    if args.scenario == "decode":
+        import torch
+
+        gen = torch.Generator().manual_seed(1234)
+        # Byte tokens only (ids < 256): real text, never a special token.
+        ids = torch.randint(0, min(vocab, 256), (args.batch, args.prompt_len), generator=gen)
+        return ids.tolist(), 1
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    samples = SAMPLES_PER_PROMPT if args.batch >= SAMPLES_PER_PROMPT else 1
+    rows = common.read_jsonl(common.GSM8K_DIR / "train.jsonl", limit=args.batch // samples)
+    texts = [f"Question: {r['question']}\nAnswer:" for r in rows]
+    return [tokenizer.encode(t, add_special_tokens=False) for t in texts], samples
+
+
+def run_areno(args: Any) -> dict[str, Any]:
+    common.set_threads(args.threads)
+    from areno_core.models.loading import load_model
+    from areno_core.rollout.base import EngineOptions
+    from areno_core.rollout.native import NativeEngine
+    from areno_core.types import SamplingParams
+
+    model = load_model(str(args.model_dir), device="cpu")
+    prompts, samples = workload(args, model.config.vocab_size)
+    eos = () if args.scenario == "decode" else model.generation_config.eos_token_id
+    engine = NativeEngine(model, eos, EngineOptions(attn_backend="native"))
+    sampling = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
+
+    def call() -> int:
+        out = engine.generate(prompts, sampling, n=samples)
+        return sum(len(c.token_ids) for group in out for c in group)
+
+    return _timed(args, call, model)
+
+
+def run_hf(args: Any) -> dict[str, Any]:
+    common.set_threads(args.threads)
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32)
+    model.eval()
+    prompts, samples = workload(args, model.config.vocab_size)
+    rows = [p for p in prompts for _ in range(samples)]
+    width = max(len(p) for p in rows)
+    pad = int(model.config.pad_token_id or 0)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in rows])  # left padding
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows])
+    decode = args.scenario == "decode"
+    eos = model.generation_config.eos_token_id
+    eos_ids = torch.tensor([eos] if isinstance(eos, int) else list(eos))
+    config = GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=args.new_tokens,
+        min_new_tokens=args.new_tokens if decode else 0,
+        eos_token_id=None if decode else eos,
+        pad_token_id=pad,
+    )
+
+    def call() -> int:
+        torch.manual_seed(0)
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=mask, generation_config=config)
+        new = out[:, width:]
+        if decode:
+            return int(new.numel())
+        # Count each row up to and including its first end-of-sequence token.
+        ended = torch.isin(new, eos_ids)
+        first = torch.where(ended.any(1), ended.int().argmax(1) + 1, new.shape[1])
+        return int(first.sum())
+
+    return _timed(args, call, model)
+
+
+def _timed(args: Any, call: Any, model: Any) -> dict[str, Any]:
+    call()  # warm-up: allocations, kernel selection, lazy imports
+    rates, counts = [], []
+    for _ in range(args.calls):
+        began = time.perf_counter()
+        tokens = call()
+        rates.append(tokens / (time.perf_counter() - began))
+        counts.append(tokens)
+    if args.scenario == "decode" and tokens != args.batch * args.new_tokens:
+        raise RuntimeError(f"expected {args.batch * args.new_tokens} tokens, got {tokens}")
+    params = sum(p.numel() for p in model.parameters())
+    rate = common.median(rates)
+    return {
+        "tokens_per_s": rate,
+        "gflops_per_s": 2 * params * rate / 1e9,
+        "rates": rates,
+        "tokens": counts,
+    }
+
+
+def drive(args: Any) -> dict[str, Any]:
+    report: dict[str, Any] = {"machine": common.machine_info(args.threads), "scenarios": {}}
+    print(f"machine: {report['machine']}")
+    scenarios = ["decode", "grpo"] if args.scenario == "all" else [args.scenario]
+    with tempfile.TemporaryDirectory(prefix="areno-bench-") as tmp:
+        model_dir = common.save_random_model(args.model, Path(tmp) / "model")
+        for scenario in scenarios:
+            report["scenarios"][scenario] = run_scenario(args, scenario, model_dir)
+    print(
+        "\nNot the same work: the native engine also returns each sampled token's logprob; "
+        "generate returns tokens only."
+    )
+    return report
+
+
+def run_scenario(args: Any, scenario: str, model_dir: Path) -> dict[str, Any]:
+    if scenario == "decode":
+        what = f"{args.prompt_len}-token random prompts, EOS off"
+    else:
+        what = f"GSM8K prompts x {SAMPLES_PER_PROMPT} samples (batch 1: 1 x 1), EOS on"
+    print(
+        f"\n== rollout, scenario {scenario}: {args.model}, {what}, up to {args.new_tokens} new "
+        f"tokens, sampling at temperature 1; {args.reps} processes per side x {args.calls} "
+        f"timed calls"
+    )
+    out: dict[str, Any] = {}
+    rows = []
+    for batch in args.batch:
+        print(f"batch {batch}:")
+        base = ["--model-dir", str(model_dir), "--threads", str(args.threads)]
+        base += ["--scenario", scenario, "--batch", str(batch), "--calls", str(args.calls)]
+        base += ["--prompt-len", str(args.prompt_len), "--new-tokens", str(args.new_tokens)]
+
+        def run_one(side: str, rep: int, base: list[str] = base) -> dict[str, Any]:
+            return common.run_child(Path(__file__), [*base, "--child", side])
+
+        results = common.interleaved(SIDES, args.reps, run_one)
+        summary = common.summarize(results, ["tokens_per_s", "gflops_per_s", "peak_rss_mib"])
+        out[str(batch)] = {"runs": results, "median": summary}
+        a, h = summary["areno"], summary["hf"]
+        rows.append(
+            [
+                batch,
+                a["tokens_per_s"],
+                h["tokens_per_s"],
+                f"{a['tokens_per_s'] / h['tokens_per_s']:.2f}x",
+                a["gflops_per_s"],
+                h["gflops_per_s"],
+                a["peak_rss_mib"],
+                h["peak_rss_mib"],
+                f"{min(a['load_min'], h['load_min']):.1f}-{max(a['load_max'], h['load_max']):.1f}",
+            ]
+        )
+    print()
+    print(
+        common.table(
+            [
+                "batch",
+                "areno tok/s",
+                "generate tok/s",
+                "ratio",
+                "areno GFLOP/s",
+                "generate GFLOP/s",
+                "areno peak RSS MiB",
+                "generate peak RSS MiB",
+                "load",
+            ],
+            rows,
+        )
+    )
+    return out
+
+
+def main() -> None:
+    parser = common.base_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="random:qwen3-small", help="random: model to build")
+    parser.add_argument("--scenario", choices=["decode", "grpo", "all"], default="all")
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 32, 128])
+    parser.add_argument("--prompt-len", type=int, default=32, help="decode scenario")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--calls", type=int, default=3, help="timed generate calls per process")
+    args = parser.parse_args()
+    if args.child:
+        args.batch = args.batch[0]
+        runner = run_areno if args.child == "areno" else run_hf
+        common.emit(runner(args))
+        return
+    common.write_json(args.json, drive(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""SFT throughput: areno's ``LocalBackend.train(algorithm="sft")`` against TRL's ``SFTTrainer``.
+
+    python bench/bench_sft.py                           # GSM8K train rows, 3 runs per side
+    python bench/bench_sft.py --model random:qwen3-mini --steps 8 --reps 5
+
+Both sides train the same saved random Qwen3 on the same GSM8K train rows (question as a user
+turn, worked answer as the assistant turn, rendered with the model's chat template), the same
+rows in each optimizer step (``--batch`` rows, ``--micro-bs`` rows per microbatch), AdamW at a
+constant learning rate with no weight decay, gradient clipping at 1.0, loss = mean NLL over
+the step's response tokens. TRL gets the very token ids and response masks areno builds
+(a pre-tokenized dataset with ``input_ids`` and ``completion_mask``) and reads its rows in
+order. Throughput is target (response) tokens per second over the timed steps, after
+``--warmup`` untimed steps; each run is its own process so its peak RSS is its own.
+
+Work that differs (stated in the output): areno sorts the rows of an optimizer step by length
+before cutting microbatches, so a microbatch pads less; TRL's default keeps the sampler order.
+TRL's trainer also computes the entropy and top-1 accuracy of every token for its logs.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+
+SIDES = ("areno", "trl")
+
+
+def sft_rows(count: int) -> list[dict[str, Any]]:
+    raw = common.read_jsonl(common.GSM8K_DIR / "train.jsonl", limit=count)
+    return [
+        {"prompt": [{"role": "user", "content": r["question"]}], "response": r["answer"]}
+        for r in raw
+    ]
+
+
+def run_areno(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    common.set_threads(args.threads)
+    from areno_core import backend as backend_module
+    from areno_core.backend import LocalBackend, TrainableModel
+
+    if args.no_split:  # measure the gain of cutting microbatches by length
+        backend_module._piece_cost = lambda model, device: None
+
+    model = TrainableModel.from_ckpt(str(args.model_dir), seed=args.seed)
+    backend = LocalBackend(device="cpu")
+    clock = common.StepClock(args.warmup)
+    tokens = 0.0
+    losses = []
+    for step in range(args.warmup + args.steps):
+        batch = rows[step * args.batch : (step + 1) * args.batch]
+        result = backend.train(
+            model,
+            batch,
+            algorithm="sft",
+            learning_rate=args.lr,
+            lr_decay_style="constant",
+            weight_decay=0.0,
+            grad_clip_norm=1.0,
+            mini_bs=args.micro_bs,
+            max_prompt_tokens=4096,
+            max_new_tokens=4096,
+        )
+        losses.append(result.metrics["train/loss"])
+        if step >= args.warmup:
+            tokens += result.metrics["train/target_tokens"]
+        clock.mark()
+    return _result(clock, tokens, losses)
+
+
+def run_trl(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    common.set_threads(args.threads)
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from areno_core.train.featurize import sft_trajectories
+
+    torch.manual_seed(args.seed)
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    trajectories, _ = sft_trajectories(rows, tokenizer, max_prompt_tokens=4096, max_new_tokens=4096)
+    dataset = Dataset.from_list(
+        [{"input_ids": t.input_ids, "completion_mask": t.loss_mask} for t in trajectories]
+    )
+    clock = common.StepClock(args.warmup)
+    micro_tokens: list[int] = []
+    losses: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            clock.mark()
+
+    config = SFTConfig(
+        output_dir=tempfile.mkdtemp(prefix="trl-sft-"),
+        per_device_train_batch_size=args.micro_bs,
+        gradient_accumulation_steps=args.batch // args.micro_bs,
+        max_steps=args.warmup + args.steps,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        max_length=None,
+        packing=False,
+        padding_free=False,
+        completion_only_loss=True,
+        gradient_checkpointing=False,
+        bf16=False,
+        fp16=False,
+        use_cpu=True,
+        train_sampling_strategy="sequential",
+        report_to=[],
+        logging_strategy="no",
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=args.seed,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[Clock()],
+    )
+    collate = trainer.data_collator
+
+    def counting_collator(examples: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = collate(examples)
+        micro_tokens.append(int((batch["labels"][:, 1:] != -100).sum()))
+        return batch
+
+    trainer.data_collator = counting_collator
+    trainer.train()
+    per_step = args.batch // args.micro_bs
+    tokens = float(sum(micro_tokens[args.warmup * per_step :]))
+    return _result(clock, tokens, losses)
+
+
+def _result(clock: common.StepClock, tokens: float, losses: list[float]) -> dict[str, Any]:
+    seconds = clock.timed_seconds
+    return {
+        "target_tokens_per_s": tokens / seconds,
+        "step_s": seconds / clock.timed_steps,
+        "target_tokens": tokens,
+        "losses": losses,
+    }
+
+
+def drive(args: Any) -> dict[str, Any]:
+    report: dict[str, Any] = {"machine": common.machine_info(args.threads)}
+    print(f"machine: {report['machine']}")
+    print(
+        f"\n== SFT on GSM8K train rows, {args.model}, {args.batch} rows per optimizer step in "
+        f"microbatches of {args.micro_bs}, lr {args.lr}, {args.warmup} warm-up + {args.steps} "
+        f"timed steps per run, {args.reps} runs per side"
+    )
+    with tempfile.TemporaryDirectory(prefix="areno-bench-") as tmp:
+        model_dir = common.save_random_model(args.model, Path(tmp) / "model")
+        base = ["--model-dir", str(model_dir), "--threads", str(args.threads)]
+        for key in ("batch", "micro_bs", "steps", "warmup", "lr"):
+            base += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+        if args.no_split:
+            base.append("--no-split")
+
+        def run_one(side: str, rep: int) -> dict[str, Any]:
+            return common.run_child(Path(__file__), [*base, "--child", side])
+
+        results = common.interleaved(SIDES, args.reps, run_one)
+    summary = common.summarize(results, ["target_tokens_per_s", "step_s", "peak_rss_mib"])
+    report.update({"runs": results, "median": summary})
+    a, t = summary["areno"], summary["trl"]
+    rows = [
+        [
+            label,
+            s["target_tokens_per_s"],
+            s["step_s"],
+            s["peak_rss_mib"],
+            f"{s['load_min']:.1f}-{s['load_max']:.1f}",
+        ]
+        for label, s in (("areno", a), ("TRL SFTTrainer", t))
+    ]
+    print()
+    print(common.table(["side", "target tok/s", "s/step", "peak RSS MiB", "load"], rows))
+    speed = a["target_tokens_per_s"] / t["target_tokens_per_s"]
+    memory = a["peak_rss_mib"] / t["peak_rss_mib"]
+    print(f"ratio areno/TRL: target tokens/s {speed:.2f}x, peak RSS {memory:.2f}x")
+    print(
+        "\nNot the same work: areno sorts a step's rows by length into microbatches (less "
+        "padding); TRL also computes per-token entropy and accuracy for its logs."
+    )
+    return report
+
+
+def main() -> None:
+    parser = common.base_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="random:qwen3-small", help="random: model to build")
+    parser.add_argument("--batch", type=int, default=16, help="rows per optimizer step")
+    parser.add_argument("--micro-bs", type=int, default=8, help="rows per microbatch")
+    parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps per run")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per run")
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument(
+        "--no-split",
+        action="store_true",
+        help="areno: keep whole microbatches (no cutting by length), to see the gain",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.child:
+        rows = sft_rows(args.batch * (args.warmup + args.steps))
+        runner = run_areno if args.child == "areno" else run_trl
+        common.emit(runner(args, rows))
+        return
+    common.write_json(args.json, drive(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Shared plumbing for the side-by-side benchmarks in ``bench/``.
+
+Every benchmark script runs in two roles. As the *driver* (the command a person types) it
+builds the workload once (a random Qwen3 saved to a temporary directory, the prompts or rows),
+then starts one child process per measured repetition, alternating the sides (areno, reference,
+areno, reference, ...) so that background load on a shared machine hits both alike. As a
+*child* (``--child SIDE``) it loads the saved model, runs an untimed warm-up, runs the timed
+work, and prints one JSON line with its numbers and its own peak resident memory. Separate
+processes keep each side's memory high-water mark its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+RESULT_PREFIX = "BENCH_RESULT "
+REPO = Path(__file__).resolve().parents[1]
+GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
+
+
+# -- the child side ---------------------------------------------------------------------------
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size so far, in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def set_threads(threads: int) -> None:
+    """Give torch the same intra-op thread count on both sides."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def emit(result: Mapping[str, Any]) -> None:
+    """Print a child's result where the driver finds it (the last line starting with the tag)."""
+    payload = {**result, "peak_rss_mib": peak_rss_mib()}
+    sys.stdout.write(RESULT_PREFIX + json.dumps(payload) + "\n")
+    sys.stdout.flush()
+
+
+class StepClock:
+    """Wall-clock marks at the end of each step; the first ``warmup`` steps are not timed."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self.marks: list[float] = []
+        self.start = time.perf_counter()
+
+    def mark(self) -> None:
+        self.marks.append(time.perf_counter())
+
+    @property
+    def timed_seconds(self) -> float:
+        begin = self.marks[self.warmup - 1] if self.warmup else self.start
+        return self.marks[-1] - begin
+
+    @property
+    def timed_steps(self) -> int:
+        return len(self.marks) - self.warmup
+
+
+# -- the driver side --------------------------------------------------------------------------
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def machine_info(threads: int) -> dict[str, Any]:
+    """What the numbers were measured on (``threads``: the torch threads each side used)."""
+    import torch
+
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {"torch": torch.__version__}
+    for name in ("transformers", "trl", "accelerate"):
+        try:
+            module = __import__(name)
+            versions[name] = module.__version__
+        except ImportError:
+            versions[name] = "not installed"
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch_threads": threads,
+        **versions,
+    }
+
+
+def run_child(script: Path, args: Sequence[str], *, timeout: float | None = None) -> dict[str, Any]:
+    """Run ``python script args`` and return its result JSON plus the load seen around it."""
+    load_before = load_average()
+    began = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(REPO),
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
+    wall = time.perf_counter() - began
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
+        raise RuntimeError(f"child {' '.join(args)} failed (rc={proc.returncode}):\n{tail}")
+    result = json.loads(lines[-1][len(RESULT_PREFIX) :])
+    result["load_before"] = load_before
+    result["load_after"] = load_average()
+    result["child_wall_s"] = wall
+    return result
+
+
+def interleaved(
+    sides: Sequence[str],
+    reps: int,
+    run_one: Callable[[str, int], dict[str, Any]],
+    *,
+    log: Callable[[str], None] = print,
+) -> dict[str, list[dict[str, Any]]]:
+    """Run ``reps`` repetitions of every side, alternating: A B A B ... (rep-major order).
+
+    Even repetitions start with the first side and odd ones with the second, so neither side
+    always runs right after the other (e.g. on a cooling or warming machine).
+    """
+    results: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
+    for rep in range(reps):
+        order = list(sides) if rep % 2 == 0 else list(reversed(sides))
+        for side in order:
+            result = run_one(side, rep)
+            results[side].append(result)
+            log(f"  rep {rep + 1}/{reps} {side:<6} " + _short(result))
+    return results
+
+
+def _short(result: Mapping[str, Any]) -> str:
+    keys = [*[k for k in result if k.endswith("_per_s")][:1], "peak_rss_mib", "load_before"]
+    return " ".join(f"{k}={result[k]:.4g}" for k in keys if k in result)
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def summarize(
+    results: Mapping[str, Sequence[Mapping[str, Any]]], keys: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Median of each key per side (and min/max of the load seen)."""
+    out: dict[str, dict[str, float]] = {}
+    for side, runs in results.items():
+        row = {k: median([r[k] for r in runs]) for k in keys if all(k in r for r in runs)}
+        loads = [r["load_before"] for r in runs] + [r["load_after"] for r in runs]
+        row["load_min"], row["load_max"] = min(loads), max(loads)
+        row["reps"] = float(len(runs))
+        out[side] = row
+    return out
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table (pasted as-is into docs/performance.md)."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def save_random_model(ref: str, directory: Path) -> Path:
+    """Build ``ref`` (a ``random:`` model) once and save it with its tokenizer, so both sides
+    load byte-identical weights and the same tokenizer files from ``directory``."""
+    from areno_core.models.scratch import build_random_model
+    from areno_core.models.tokenizer import build_byte_tokenizer
+
+    tokenizer = build_byte_tokenizer()
+    model = build_random_model(ref, tokenizer=tokenizer)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def read_jsonl(path: Path, limit: int | None = None, skip: int = 0) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with path.open() as f:
+        for i, line in enumerate(f):
+            if i < skip or not line.strip():
+                continue
+            rows.append(json.loads(line))
+            if limit is not None and len(rows) == limit:
+                break
+    return rows
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--reps", type=int, default=3, help="measured repetitions per side")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads on both sides (default 1: see bench/README.md)",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write all results here")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--model-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def write_json(path: Path | None, payload: Mapping[str, Any]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2))
