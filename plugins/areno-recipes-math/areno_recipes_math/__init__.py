@@ -1,0 +1,1 @@
+"""Math recipes for areno: GSM8K / NuminaMath loaders and a math-verify reward."""
