@@ -23,6 +23,7 @@ import torch
 
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.log import get_logger
+from areno_core.models.loading import enable_activation_checkpointing, is_activation_checkpointing
 from areno_core.registry import get_registry
 from areno_core.train.batching import (
     collate,
@@ -319,10 +320,8 @@ class LocalBackend:
         if "reference" in spec.roles:
             model.ensure_reference()
         policy = model.policy
-        if activation_checkpointing and not getattr(policy, "is_gradient_checkpointing", False):
-            policy.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+        if activation_checkpointing and not is_activation_checkpointing(policy):
+            enable_activation_checkpointing(policy)
         if model.optimizer is None:
             model.optimizer = build_optimizer(
                 [p for p in policy.parameters() if p.requires_grad],

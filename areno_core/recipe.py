@@ -264,8 +264,12 @@ class Recipe:
     def internal(self) -> bool:
         return self.visibility == "internal"
 
-    def options_for(self, algo: str, *, rollout: bool = True) -> dict[str, Any]:
-        """The option values this recipe sets when run with ``algo``, ``resource:`` resolved.
+    def options_for(
+        self, algo: str, *, rollout: bool = True, resolve: bool = True
+    ) -> dict[str, Any]:
+        """The option values this recipe sets when run with ``algo``, ``resource:`` resolved
+        (with ``resolve=False`` left as written, for a caller that resolves only the values
+        the user does not override).
 
         With ``rollout=False`` (an algorithm that does not roll out, such as sft or dpo) the
         recipe-wide reward and agent are left out; per-algorithm values are always kept.
@@ -276,7 +280,7 @@ class Recipe:
                 f"{', '.join(self.algorithms)}"
             )
         raw = self._raw_options(algo, rollout=rollout)
-        return {k: resolve_resource(v) for k, v in raw.items()}
+        return {k: resolve_resource(v) for k, v in raw.items()} if resolve else raw
 
 
 def _check_option(where: str, source: str, key: str, value: Any) -> None:

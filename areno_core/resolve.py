@@ -20,7 +20,7 @@ from areno_core.config import (
 )
 from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger
-from areno_core.recipe import Recipe
+from areno_core.recipe import Recipe, resolve_resource
 from areno_core.registry import Registry
 
 logger = get_logger(__name__)
@@ -60,7 +60,10 @@ def resolve_run(
         recipe = find_recipe(registry, recipe_name)
         recipe_options = recipe_layer(recipe, registry, user.get("algo"))
         _check_recipe_fits(recipe, check_capabilities=check_capabilities)
-    cfg = build_config({**recipe_options, **user})
+    # A recipe's packaged files (``resource:``) are looked up only where the user keeps the
+    # recipe's value: --ckpt my-model must not need the recipe's checkpoint to be installed.
+    from_recipe = {k: resolve_resource(v) for k, v in recipe_options.items() if k not in user}
+    cfg = build_config({**from_recipe, **user})
     cfg = _fill_machine_defaults(cfg)
     # A config file may restate defaults (a run's own config.yaml does): only values that
     # differ from the built-in defaults count as set by the user.
@@ -153,12 +156,13 @@ def recipe_algorithm(recipe: Recipe, algo: str | None) -> str:
 def recipe_layer(recipe: Recipe, registry: Registry, algo: str | None) -> dict[str, Any]:
     """The options ``recipe`` sets for ``algo`` (``--algo`` or the recipe's), algo included.
 
-    A recipe-wide reward or agent is left out for algorithms that do not roll out.
+    A recipe-wide reward or agent is left out for algorithms that do not roll out; ``resource:``
+    references are left as written (``resolve_run`` resolves the ones the user keeps).
     """
     chosen = recipe_algorithm(recipe, algo)
     entry = registry.entries["algorithms"].get(chosen)
     rollout = entry.obj.needs_rollout if entry is not None else True
-    return {"algo": chosen, **recipe.options_for(chosen, rollout=rollout)}
+    return {"algo": chosen, **recipe.options_for(chosen, rollout=rollout, resolve=False)}
 
 
 def _check_recipe_fits(recipe: Recipe, *, check_capabilities: bool) -> None:

@@ -34,7 +34,12 @@ from areno_core.resolve import ResolvedRun
 from areno_core.rewards import RewardScorer, resolve_reward_fn
 from areno_core.rollout.base import EngineOptions
 from areno_core.rollout.collect import collect_groups, prompt_item
-from areno_core.train.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
+from areno_core.train.checkpoint import (
+    find_latest_checkpoint,
+    load_checkpoint,
+    resolve_resume,
+    save_checkpoint,
+)
 from areno_core.train.datastream import DataStream
 from areno_core.train.metrics import MetricsLogger
 from areno_core.train.optim import check_adam_8bit_available
@@ -98,6 +103,14 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
         check_adam_8bit_available()
     rows = load_training_rows(cfg, spec, registry)
     resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
+    if cfg.save_path and not cfg.resume:
+        earlier = find_latest_checkpoint(cfg.save_path)
+        if earlier is not None:
+            raise ConfigError(
+                f"--save-path {cfg.save_path!r} already holds a run (latest checkpoint "
+                f"{earlier.name}); continue it with --resume auto, or start over in a new "
+                "--save-path (or after deleting that directory)"
+            )
     # Outputs (config.yaml, metrics) go to --save-path, else next to --metrics-log-dir, else
     # to a fresh directory under ./runs.
     if cfg.save_path:
@@ -263,9 +276,9 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
     plan.output_dir.mkdir(parents=True, exist_ok=True)
     dump_yaml(cfg, plan.output_dir / "config.yaml")
     max_steps = min(stream.total_steps, cfg.max_steps or stream.total_steps)
-    metrics = MetricsLogger(
-        plan.metrics_dir, purge_step=model.step + 1 if plan.resume_from else None
-    )
+    # A resumed run drops what the old one logged after its checkpoint; a fresh run starts the
+    # metrics directory over (purge from step 1), so re-runs never interleave two histories.
+    metrics = MetricsLogger(plan.metrics_dir, purge_step=model.step + 1)
     config_dict = cfg.to_dict()
 
     def save(step: int) -> str:

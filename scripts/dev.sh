@@ -26,12 +26,17 @@ setup() {
 
 demo() {
   setup
-  local gsm8k=../shared/data/gsm8k/train.jsonl
-  areno train --algo sft --ckpt random:qwen3-tiny \
-    --dataset-path "$gsm8k" --dataset-loader-fn examples/sft/gsm8k_sft_loader.py \
-    --batch-size 16 --mini-bs 8 --lr 3e-3 --min-lr 3e-4 --lr-decay-steps 60 \
-    --max-new-tokens 256 --no-activation-checkpointing --max-steps 60 --save-interval 30 \
-    --save-path runs/demo-sft "$@"
+  # The README's main job: GSPO on two-digit arithmetic from the math pack's shipped warm start,
+  # then greedy held-out accuracy of every checkpoint and a reward/accuracy plot. The demo owns
+  # runs/demo-arith and starts it over each time (areno itself refuses to train into a used
+  # --save-path without --resume).
+  local run=runs/demo-arith
+  rm -rf "$run"
+  areno train --algo gspo --recipe math/arith --save-path "$run" "$@"
+  "$PY" -m areno_recipes_math.evaluate --ckpt "$run" --all-steps \
+    --curve-out "$run/heldout_accuracy.json" --label gspo
+  "$PY" -m areno_recipes_math.plot "$run" --label gspo --eval "$run/heldout_accuracy.json" \
+    --window 20 --out "$run/reward.png"
 }
 
 test_all() {

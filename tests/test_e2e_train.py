@@ -228,3 +228,31 @@ def test_drop_uniform_groups_removes_groups_without_signal(tmp_path, gsm8k_rows)
     [step] = history(run)
     assert step["rollout/uniform_groups"] == 3.0
     assert "train/optimizer_steps" not in step  # nothing left to train on
+
+
+def test_fresh_run_into_used_save_path_refused_and_reused_log_dir_starts_over(
+    tmp_path, gsm8k_rows, capsys
+):
+    common = [
+        "train", "--algo", "sft", "--ckpt", "random:qwen3-tiny",
+        "--dataset-path", str(gsm8k_rows), "--dataset-loader-fn", str(SFT_LOADER),
+        "--batch-size", "4", "--mini-bs", "4", "--max-new-tokens", "32",
+        "--no-activation-checkpointing",
+    ]  # fmt: skip
+    run = tmp_path / "run"
+    areno(*common, "--max-steps", "2", "--save-path", str(run))
+    before = (run / "tensorboard" / "metrics.jsonl").read_text()
+    with pytest.raises(SystemExit) as info:
+        main([*common, "--max-steps", "3", "--save-path", str(run)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert info.value.code == 2
+    assert str(run) in err and "step_2" in err and "--resume auto" in err
+    assert (run / "tensorboard" / "metrics.jsonl").read_text() == before
+    assert not (run / "step_3").exists()
+
+    # Without --save-path, the same --metrics-log-dir twice holds only the second run.
+    logs = tmp_path / "logs"
+    areno(*common, "--max-steps", "3", "--metrics-log-dir", str(logs))
+    areno(*common, "--max-steps", "2", "--metrics-log-dir", str(logs))
+    steps = [json.loads(line)["step"] for line in (logs / "metrics.jsonl").open()]
+    assert steps == [1, 2]

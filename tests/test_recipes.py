@@ -178,6 +178,17 @@ def test_recipe_unsupported_algo_error_lists_supported_ones(capsys, recipe_regis
     assert "it supports: sft, grpo, dpo" in err
 
 
+def test_recipe_packaged_file_needed_only_when_not_overridden(recipe_registry, tmp_path):
+    packaged = Path(resolve_resource("resource:testpack_recipes/data/rows.jsonl"))
+    own = tmp_path / "own.jsonl"
+    own.write_text(packaged.read_text())
+    packaged.unlink()  # a pack installed without its data
+    flags = {"recipe": "testpack/arith", "algo": "sft", "dataset_path": str(own)}
+    assert resolve_run(flags, registry=recipe_registry).config.dataset_path == str(own)
+    with pytest.raises(ConfigError, match="no file 'data/rows.jsonl' inside package"):
+        resolve_run({"recipe": "testpack/arith", "algo": "sft"}, registry=recipe_registry)
+
+
 def test_recipe_several_algorithms_without_algo_asks_for_one(recipe_registry):
     with pytest.raises(ConfigError, match=r"supports several algorithms \(sft, grpo, dpo\)"):
         resolve_run({"recipe": "testpack/arith"}, registry=recipe_registry)

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
+
+# torch's OpenMP threads spin while they wait for work. When the cores are shared (a laptop,
+# a CI box, a rollout server beside the trainer) the spinning threads steal the CPU the
+# working ones need and small models train many times slower. Passive waiting costs little
+# on an idle machine; users can still set OMP_WAIT_POLICY themselves. It must be set before
+# torch is first imported, which the CLI does lazily.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import click
 from rich.console import Console

@@ -325,8 +325,12 @@ class ValueModel(nn.Module):
     def config(self) -> PretrainedConfig:
         return self.backbone.config
 
-    def gradient_checkpointing_enable(self, **kwargs: Any) -> None:
-        self.backbone.gradient_checkpointing_enable(**kwargs)
+    @property
+    def is_activation_checkpointing(self) -> bool:
+        return is_activation_checkpointing(self.backbone)
+
+    def activation_checkpointing_enable(self, *args: Any, **kwargs: Any) -> None:
+        enable_activation_checkpointing(self.backbone)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Per-token values [B, T] (float32)."""
@@ -469,3 +473,20 @@ __all__ = [
     "load_value_model",
     "resolve_dtype",
 ]
+
+
+def is_activation_checkpointing(model: Any) -> bool:
+    """Whether activation checkpointing is on (transformers >= 5 renamed the property)."""
+    if hasattr(type(model), "is_activation_checkpointing"):
+        return bool(model.is_activation_checkpointing)
+    return bool(getattr(model, "is_gradient_checkpointing", False))
+
+
+def enable_activation_checkpointing(model: Any) -> None:
+    """Turn activation checkpointing on with non-reentrant checkpoints, under either name."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
+        )
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

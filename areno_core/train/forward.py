@@ -17,6 +17,8 @@ import attrs
 import torch
 import torch.nn.functional as F
 
+from areno_core.models.loading import is_activation_checkpointing
+
 # Share prompts only when that cuts the padded token count of a microbatch by at least this.
 MIN_SHARED_SAVING = 0.2
 
@@ -108,10 +110,7 @@ def supports_shared_prefix(model: Any) -> bool:
     config = getattr(model, "config", None)
     if config is None or not hasattr(model, "get_output_embeddings"):
         return False
-    checkpointing = getattr(model, "is_activation_checkpointing", None)
-    if checkpointing is None:
-        checkpointing = getattr(model, "is_gradient_checkpointing", False)
-    if checkpointing:
+    if is_activation_checkpointing(model):
         return False
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     if getattr(text, "is_encoder_decoder", False):

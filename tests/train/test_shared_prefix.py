@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import torch
 
+from areno_core.models.loading import enable_activation_checkpointing
 from areno_core.models.scratch import build_random_model
 from areno_core.train.batching import collate
 from areno_core.train.forward import policy_outputs, shared_prefix_plan
@@ -83,7 +84,7 @@ def test_shared_prefix_outputs_match_full_rows_in_values_and_gradients():
 
 def test_shared_prefix_is_skipped_with_activation_checkpointing():
     model = build_random_model("random:qwen3-tiny")
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable_activation_checkpointing(model)
     model.train()
     batch = grouped_batch()
     out = policy_outputs(model, batch)

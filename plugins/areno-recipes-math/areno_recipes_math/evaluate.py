@@ -1,9 +1,13 @@
 """Held-out accuracy of a checkpoint: greedy decoding with the native engine, then a reward.
 
-    python -m areno_recipes_math.evaluate --ckpt runs/arith-gspo/latest \\
+    python -m areno_recipes_math.evaluate --ckpt runs/arith-gspo \\
         --dataset resource:areno_recipes_math/data/arith_eval.jsonl
 
-prints ``accuracy 0.xxx (correct/total)``. A sample counts as correct when the reward function
+prints ``accuracy 0.xxx (correct/total)``; a run's ``--save-path`` stands for its newest
+checkpoint. With ``--all-steps`` the checkpoint is a run's
+``--save-path``: its starting checkpoint (step 0, from the run's ``config.yaml``) and every saved
+``step_N`` are evaluated, and ``--curve-out FILE.json`` writes the points for
+:mod:`areno_recipes_math.plot`. A sample counts as correct when the reward function
 (``exact_match`` by default; ``math_verify`` for word problems) gives it at least 1.0. The
 loader (``arith`` by default) turns dataset rows into prompts with answers, exactly as in
 training, so any RL dataset with a registered or file loader can be evaluated the same way.
@@ -150,6 +154,51 @@ def evaluate(
         )
 
 
+def run_checkpoints(run: str | Path) -> list[tuple[int, str]]:
+    """``(step, path)`` of a run's starting checkpoint (step 0) and each saved ``step_N``."""
+    import yaml
+
+    root = Path(run)
+    config = root / "config.yaml"
+    if not config.is_file():
+        raise FileNotFoundError(f"{root} has no config.yaml; is it a run's --save-path?")
+    start = yaml.safe_load(config.read_text())["basic"]["ckpt"]
+    steps = sorted(
+        (int(p.name.split("_", 1)[1]), str(p))
+        for p in root.glob("step_*")
+        if p.is_dir() and p.name.split("_", 1)[1].isdigit()
+    )
+    return [(0, start), *steps]
+
+
+def evaluate_run(
+    run: str | Path,
+    dataset: str,
+    *,
+    loader: str | None = DEFAULT_LOADER,
+    reward: str = DEFAULT_REWARD,
+    limit: int | None = None,
+    max_new_tokens: int = 8,
+    device: str = "cpu",
+) -> list[tuple[int, float]]:
+    """``(step, accuracy)`` for the start and every saved checkpoint of a run."""
+    return [
+        (
+            step,
+            evaluate(
+                path,
+                dataset,
+                loader=loader,
+                reward=reward,
+                limit=limit,
+                max_new_tokens=max_new_tokens,
+                device=device,
+            ).accuracy,
+        )
+        for step, path in run_checkpoints(run)
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m areno_recipes_math.evaluate",
@@ -168,7 +217,43 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--show", type=int, default=0, help="print the first N samples")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument(
+        "--all-steps", action="store_true", help="--ckpt is a run: evaluate its start and steps"
+    )
+    parser.add_argument("--curve-out", default=None, help="with --all-steps: write points here")
+    parser.add_argument("--label", default=None, help="name of the curve in --curve-out")
     args = parser.parse_args(argv)
+    out = sys.stdout
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one "Loading weights" bar per checkpoint is noise here
+    if args.all_steps:
+        points = evaluate_run(
+            args.ckpt,
+            args.dataset,
+            loader=args.loader or None,
+            reward=args.reward,
+            limit=args.limit,
+            max_new_tokens=args.max_new_tokens,
+            device=args.device,
+        )
+        for step, accuracy in points:
+            note = "  (the run's starting checkpoint)" if step == 0 else ""
+            out.write(f"step {step:>5} accuracy {accuracy:.3f}{note}\n")
+        if len(points) > 1:
+            (_, first), (last_step, last) = points[0], points[-1]
+            out.write(
+                f"held-out accuracy {first:.3f} -> {last:.3f} at step {last_step} "
+                f"({100 * (last - first):+.1f} points)\n"
+            )
+        if args.curve_out:
+            label = args.label or Path(args.ckpt).name
+            path = Path(args.curve_out)
+            curves = json.loads(path.read_text()) if path.is_file() else {}
+            curves[label] = [[step, accuracy] for step, accuracy in points]
+            path.write_text(json.dumps(curves, indent=1) + "\n")
+            out.write(f"wrote {path}\n")
+        return
     result = evaluate(
         args.ckpt,
         args.dataset,
@@ -178,7 +263,6 @@ def main(argv: list[str] | None = None) -> None:
         max_new_tokens=args.max_new_tokens,
         device=args.device,
     )
-    out = sys.stdout
     if args.json:
         summary = {"accuracy": result.accuracy, "correct": result.correct, "total": result.total}
         out.write(json.dumps(summary) + "\n")

@@ -7,14 +7,16 @@
 Reads ``<run>/tensorboard/metrics.jsonl`` (or a ``metrics.jsonl`` path) and draws
 ``rollout/reward_mean`` per step with a moving average; the x axis is wall-clock minutes since
 the first step when ``--time-axis`` is set. ``--eval`` takes a JSON file of held-out accuracy
-points, ``{"label": [[step, accuracy], ...]}``, as written by ``--eval-out`` of
-:mod:`areno_recipes_math.curve`, and draws them on a second axis.
+points, ``{"label": [[step, accuracy], ...]}``, as written by
+``python -m areno_recipes_math.evaluate --all-steps --curve-out``, and draws them on a second
+axis.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -104,10 +106,13 @@ def plot_runs(
         for i, (label, points) in enumerate(eval_points.items()):
             xs = [p[0] for p in points]
             ys = [p[1] for p in points]
-            style = {"color": colors[i % len(colors)], "linestyle": "--", "marker": "o"}
+            # Same colour as the run of the same label, so a run and its accuracy pair up.
+            index = labels.index(label) if label in labels else i
+            style = {"color": colors[index % len(colors)], "linestyle": "--", "marker": "o"}
             ax2.plot(xs, ys, **style, label=f"{label} held-out accuracy")
         ax2.set_ylabel("held-out exact-match accuracy")
-        ax2.set_ylim(0.0, 1.0)
+        top = max((p[1] for points in eval_points.values() for p in points), default=1.0)
+        ax2.set_ylim(0.0, min(1.0, 0.1 * math.ceil(top * 12.5)))
         more_handles, more_names = ax2.get_legend_handles_labels()
         handles, names = handles + more_handles, names + more_names
     ax.legend(handles, names, loc="lower right", fontsize=8)
@@ -135,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--title", default=None)
     args = parser.parse_args(argv)
     eval_points = json.loads(Path(args.eval).read_text()) if args.eval else None
-    plot_runs(
+    written = plot_runs(
         args.runs,
         args.out,
         labels=args.label,
@@ -145,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         eval_points=eval_points,
         title=args.title,
     )
+    print(f"wrote {written}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Export an SFT checkpoint as the shipped ``math/arith`` warm start (model + tokenizer only).
 
-    areno train --recipe math/arith --algo sft --save-path runs/arith-sft
+    areno train --recipe math/arith-sft --save-path runs/arith-sft
     python -m areno_recipes_math.warmstart runs/arith-sft \\
         --out plugins/areno-recipes-math/areno_recipes_math/checkpoints/arith-sft
 
@@ -28,7 +28,7 @@ KEEP_FILES: tuple[str, ...] = (
     "chat_template.jinja",
 )
 PROVENANCE_FILE = "provenance.json"
-SFT_COMMAND = "areno train --recipe math/arith --algo sft --save-path runs/arith-sft"
+SFT_COMMAND = "areno train --recipe math/arith-sft --save-path runs/arith-sft"
 
 
 def sha256(path: Path) -> str:
@@ -57,7 +57,7 @@ def export_checkpoint(src: str | Path, out: str | Path, *, command: str = SFT_CO
     out.mkdir(parents=True)
     for name in KEEP_FILES:
         if (step_dir / name).is_file():
-            shutil.copy2(step_dir / name, out / name)
+            shutil.copyfile(step_dir / name, out / name)
     provenance = {
         "source_step": step_dir.name,
         "command": command,
