@@ -322,11 +322,36 @@ class ObservabilityConfig:
     )
 
 
+@attrs.define(kw_only=True)
+class EvalConfig:
+    """Held-out evaluation during online RL."""
+
+    eval_dataset_path: str | None = opt(
+        None,
+        "Held-out dataset, read like --dataset-path and passed through --dataset-loader-fn: "
+        "greedy completions scored by the run's reward, logged as eval/accuracy, "
+        "eval/reward_mean, eval/response_length_mean, eval/truncation_rate.",
+    )
+    eval_interval: int | None = opt(
+        None,
+        "Evaluate every N steps, besides before the first step and after the last.",
+        validator=_positive,
+        default_text="--save-interval",
+    )
+    eval_limit: int | None = opt(
+        None,
+        "Evaluate only the first N rows of --eval-dataset-path.",
+        validator=_positive,
+        default_text="every row",
+    )
+
+
 SECTIONS: dict[str, type] = {
     "basic": BasicConfig,
     "rollout": RolloutConfig,
     "train": TrainConfig,
     "checkpoint": CheckpointConfig,
+    "eval": EvalConfig,
     "observability": ObservabilityConfig,
 }
 SECTION_TITLES = {
@@ -334,6 +359,7 @@ SECTION_TITLES = {
     "rollout": "Rollout",
     "train": "Train",
     "checkpoint": "Checkpoint",
+    "eval": "Evaluation",
     "observability": "Observability",
 }
 
@@ -346,6 +372,7 @@ class RunConfig:
     rollout: RolloutConfig = attrs.Factory(RolloutConfig)
     train: TrainConfig = attrs.Factory(TrainConfig)
     checkpoint: CheckpointConfig = attrs.Factory(CheckpointConfig)
+    eval: EvalConfig = attrs.Factory(EvalConfig)
     observability: ObservabilityConfig = attrs.Factory(ObservabilityConfig)
 
     def __getattr__(self, name: str) -> Any:
@@ -506,6 +533,13 @@ def check_consistency(cfg: RunConfig, explicit: set[str] | None = None) -> None:
             )
     if cfg.train_tool_results and cfg.agent_fn is None:
         raise ConfigError("--train-tool-results needs --agent-fn (it applies to agentic rollouts)")
+    if cfg.eval_dataset_path is None:
+        clash = [o for o in ("eval_interval", "eval_limit") if o in explicit]
+        if clash:
+            raise ConfigError(
+                ", ".join(_flag(o) for o in clash) + " needs --eval-dataset-path (the rows to "
+                "evaluate on)"
+            )
     if "max_context_len" in explicit and cfg.agent_fn is None:
         raise ConfigError("--max-context-len applies to agentic rollouts; it needs --agent-fn")
     if cfg.tune_max_samples < cfg.n_samples and cfg.tune_params:

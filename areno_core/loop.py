@@ -5,6 +5,7 @@ for each step:
     data  = rows                       (sft, dpo)
           | rollout(rows) -> groups    (online RL: sample, score, group)
     result = backend.train(model, data, ...)
+    every --eval-interval steps (and after the last): greedy held-out evaluation (eval/*)
     log metrics, update the progress bar, save a checkpoint every --save-interval steps
 """
 
@@ -28,6 +29,8 @@ class LoopResult:
     elapsed_s: float
     final_metrics: dict[str, float]
     checkpoint_path: str | None
+    first_eval: dict[str, float] = attrs.Factory(dict)
+    last_eval: dict[str, float] = attrs.Factory(dict)
 
 
 def train_loop(
@@ -42,11 +45,17 @@ def train_loop(
     progress: TrainProgress,
     save: Callable[[int], str] | None,
     save_interval: int,
+    evaluate: Callable[[], dict[str, float]] | None = None,
+    eval_interval: int | None = None,
 ) -> LoopResult:
     started = time.perf_counter()
     final: dict[str, float] = {}
     checkpoint: str | None = None
     saved_step = -1
+    evals: list[dict[str, float]] = []
+    if evaluate is not None and model.step == 0:  # the starting point, logged as step 0
+        evals.append(evaluate())
+        metrics.log(evals[-1], 0)
     while model.step < max_steps:
         step_start = time.perf_counter()
         rows = stream.next_batch()
@@ -59,6 +68,10 @@ def train_loop(
         result = backend.train(model, data, **train_kwargs)
         step_metrics.update(result.metrics)
         step_metrics["time/step"] = time.perf_counter() - step_start
+        last = result.step == max_steps
+        if evaluate is not None and (last or result.step % (eval_interval or save_interval) == 0):
+            evals.append(evaluate())
+            step_metrics.update(evals[-1])
         metrics.log(step_metrics, result.step)
         progress.update(result.step, step_metrics)
         final = step_metrics
@@ -66,4 +79,11 @@ def train_loop(
             checkpoint, saved_step = save(result.step), result.step
     if save is not None and saved_step != model.step and model.step > 0:
         checkpoint = save(model.step)
-    return LoopResult(model.step, time.perf_counter() - started, final, checkpoint)
+    return LoopResult(
+        model.step,
+        time.perf_counter() - started,
+        final,
+        checkpoint,
+        first_eval=evals[0] if evals else {},
+        last_eval=evals[-1] if evals else {},
+    )

@@ -26,7 +26,8 @@ from areno_core.data import (
     split_chat_preference,
     validate_rows,
 )
-from areno_core.errors import ConfigError
+from areno_core.errors import ConfigError, NotAvailableError
+from areno_core.evaluation import build_evaluator
 from areno_core.log import get_logger
 from areno_core.loop import LoopResult, train_loop
 from areno_core.registry import Registry, get_registry
@@ -62,6 +63,7 @@ class RunPlan:
     resume_from: Path | None
     output_dir: Path
     metrics_dir: Path
+    eval_rows: list[dict[str, Any]] | None = None
 
 
 def load_training_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> list[dict]:
@@ -76,6 +78,34 @@ def load_training_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) 
         raise ConfigError(f"--dataset-path {cfg.dataset_path!r}: no rows left after the loader")
     if spec.kind == "preference":
         rows = [split_chat_preference(r) if is_chat_preference_row(r) else r for r in rows]
+    validate_rows(rows, spec.row_schema, algo=spec.name)
+    return rows
+
+
+def load_eval_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> list[dict]:
+    """The ``--eval-dataset-path`` rows after the loader (first ``--eval-limit``), checked."""
+    if not spec.needs_rollout:
+        raise ConfigError(
+            f"--eval-dataset-path evaluates completions with the reward; --algo {spec.name} "
+            f"({spec.kind}) does not roll out. Use an online RL algorithm, or evaluate the "
+            "saved checkpoints separately"
+        )
+    if cfg.agent_fn is not None:
+        raise NotAvailableError(
+            "--eval-dataset-path with --agent-fn is not available yet: evaluation runs direct "
+            "prompts only"
+        )
+    rows = load_rows(cfg.eval_dataset_path)
+    loader = resolve_loader(
+        cfg.dataset_loader_fn, lambda name: registry.get("dataset_loaders", name)
+    )
+    if loader is not None:
+        rows = apply_loader(rows, loader)
+    rows = rows[: cfg.eval_limit] if cfg.eval_limit else rows
+    if not rows:
+        raise ConfigError(
+            f"--eval-dataset-path {cfg.eval_dataset_path!r}: no rows left after the loader"
+        )
     validate_rows(rows, spec.row_schema, algo=spec.name)
     return rows
 
@@ -102,6 +132,7 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
     if cfg.adam_8bit:
         check_adam_8bit_available()
     rows = load_training_rows(cfg, spec, registry)
+    eval_rows = load_eval_rows(cfg, spec, registry) if cfg.eval_dataset_path else None
     resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
     if cfg.save_path and not cfg.resume:
         earlier = find_latest_checkpoint(cfg.save_path)
@@ -120,7 +151,9 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
     else:
         output_dir = Path("runs") / f"{cfg.algo}-{time.strftime('%Y%m%d-%H%M%S')}"
     metrics_dir = Path(cfg.metrics_log_dir) if cfg.metrics_log_dir else output_dir / "tensorboard"
-    return RunPlan(cfg, spec, rows, reward_fn, agent_fn, resume_from, output_dir, metrics_dir)
+    return RunPlan(
+        cfg, spec, rows, reward_fn, agent_fn, resume_from, output_dir, metrics_dir, eval_rows
+    )
 
 
 def train_kwargs(cfg: RunConfig, spec: AlgorithmSpec) -> dict[str, Any]:
@@ -168,7 +201,8 @@ def _reward_model_fn(model: TrainableModel, ref: str) -> Any:
     return reward_fn
 
 
-def build_rollout(plan: RunPlan, model: TrainableModel, registry: Registry) -> Any:
+def build_engine(plan: RunPlan, model: TrainableModel, registry: Registry) -> Any:
+    """The rollout engine of the run (``--rollout-engine``) over the policy."""
     cfg = plan.config
     factory = registry.get("rollout_engines", cfg.rollout_engine)
     # Later agent turns carry the whole conversation, so their prompts are bounded by the
@@ -184,7 +218,12 @@ def build_rollout(plan: RunPlan, model: TrainableModel, registry: Registry) -> A
             eager_decode=cfg.eager_decode,
         ),
     )
-    reward_fn = plan.reward_fn or _reward_model_fn(model, cfg.reward_ckpt)
+    return engine
+
+
+def build_rollout(plan: RunPlan, model: TrainableModel, registry: Registry, reward_fn: Any) -> Any:
+    cfg = plan.config
+    engine = build_engine(plan, model, registry)
     scorer = RewardScorer(reward_fn)
     sampling = SamplingParams(
         max_new_tokens=cfg.max_new_tokens,
@@ -296,7 +335,19 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         )
         return str(path)
 
-    rollout = build_rollout(plan, model, registry) if plan.spec.needs_rollout else None
+    rollout = evaluate = None
+    if plan.spec.needs_rollout:
+        reward_fn = plan.reward_fn or _reward_model_fn(model, cfg.reward_ckpt)
+        rollout = build_rollout(plan, model, registry, reward_fn)
+        if plan.eval_rows is not None:
+            evaluate = build_evaluator(
+                plan.eval_rows,
+                engine=build_engine(plan, model, registry),
+                tokenizer=model.tokenizer,
+                reward_fn=reward_fn,
+                max_new_tokens=cfg.max_new_tokens,
+                disable_thinking=cfg.disable_thinking,
+            )
     console.print(
         f"[bold]areno train[/] --algo {cfg.algo}: {len(plan.rows)} rows, {max_steps} steps, "
         f"outputs in {plan.output_dir}",
@@ -315,6 +366,8 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
                 progress=progress,
                 save=save if cfg.save_path else None,
                 save_interval=cfg.save_interval,
+                evaluate=evaluate,
+                eval_interval=cfg.eval_interval,
             )
     finally:
         metrics.close()
@@ -325,6 +378,8 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         final_metrics=result.final_metrics,
         checkpoint_path=result.checkpoint_path,
         metrics_dir=str(plan.metrics_dir),
+        first_eval=result.first_eval,
+        last_eval=result.last_eval,
     )
     return result
 

@@ -156,20 +156,26 @@ def test_resume_continues_with_identical_losses(tmp_path, gsm8k_rows, algo):
             "--dataset-loader-fn", str(loader), "--reward-fn-path", str(reward),
             "--batch-size", "2", "--n-samples", "4", "--max-new-tokens", "10",
             "--gradient-accumulation-steps", "1",
+            # Greedy evaluation draws no random numbers: the resumed run must stay identical.
+            "--eval-dataset-path", str(gsm8k_rows), "--eval-limit", "6", "--eval-interval", "1",
         ]  # fmt: skip
         total, cut = 4, 2
     full, part = tmp_path / "full", tmp_path / "part"
     areno(*common, "--max-steps", str(total), "--save-path", str(full))
     areno(*common, "--max-steps", str(cut), "--save-path", str(part), "--save-interval", "100")
     areno(*common, "--max-steps", str(total), "--save-path", str(part), "--resume", "auto")
-    a = [h["train/loss"] for h in history(full)]
-    b = [h["train/loss"] for h in history(part)]
+    a = [h["train/loss"] for h in history(full) if "train/loss" in h]
+    b = [h["train/loss"] for h in history(part) if "train/loss" in h]
     assert len(a) == len(b) == total
     torch.testing.assert_close(torch.tensor(b), torch.tensor(a), atol=1e-6, rtol=1e-6)
     if algo == "grpo":
-        ra = [h["rollout/reward_mean"] for h in history(full)]
-        rb = [h["rollout/reward_mean"] for h in history(part)]
+        ra = [h["rollout/reward_mean"] for h in history(full) if "train/loss" in h]
+        rb = [h["rollout/reward_mean"] for h in history(part) if "train/loss" in h]
         assert ra == rb
+        ea = [(h["step"], h["eval/reward_mean"]) for h in history(full) if "eval/accuracy" in h]
+        eb = [(h["step"], h["eval/reward_mean"]) for h in history(part) if "eval/accuracy" in h]
+        assert [s for s, _ in ea] == [0, 1, 2, 3, 4]
+        assert eb == ea
 
 
 def test_bad_reward_path_fails_before_any_output_is_written(tmp_path, gsm8k_rows, capsys):
@@ -256,3 +262,60 @@ def test_fresh_run_into_used_save_path_refused_and_reused_log_dir_starts_over(
     areno(*common, "--max-steps", "2", "--metrics-log-dir", str(logs))
     steps = [json.loads(line)["step"] for line in (logs / "metrics.jsonl").open()]
     assert steps == [1, 2]
+
+
+def test_eval_dataset_logs_greedy_eval_at_start_interval_and_end(tmp_path, gsm8k_rows, capsys):
+    loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"
+    loader.write_text(RL_LOADER)
+    reward.write_text(RL_REWARD)
+    run = tmp_path / "run"
+    areno(
+        "train", "--algo", "grpo", "--ckpt", "random:qwen3-tiny",
+        "--dataset-path", str(gsm8k_rows), "--dataset-loader-fn", str(loader),
+        "--reward-fn-path", str(reward), "--batch-size", "2", "--n-samples", "2",
+        "--max-new-tokens", "6", "--no-activation-checkpointing", "--max-steps", "5",
+        "--eval-dataset-path", str(gsm8k_rows), "--eval-limit", "5", "--eval-interval", "2",
+        "--save-path", str(run),
+    )  # fmt: skip
+    rows = {h["step"]: h for h in history(run)}
+    evaluated = sorted(s for s, h in rows.items() if "eval/accuracy" in h)
+    assert evaluated == [0, 2, 4, 5]  # start, every 2 steps, and the last step
+    start = rows[0]
+    assert set(start) == {
+        "step", "eval/accuracy", "eval/reward_mean", "eval/response_length_mean",
+        "eval/truncation_rate", "time/eval",
+    }  # fmt: skip
+    for step in evaluated:
+        h = rows[step]
+        assert 0.0 <= h["eval/accuracy"] <= 1.0 and 0.0 <= h["eval/reward_mean"] <= 1.0
+        assert 0 < h["eval/response_length_mean"] <= 6
+    summary = " ".join(capsys.readouterr().out.split())
+    assert "eval accuracy" in summary
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--eval-interval", "5"], "--eval-interval needs --eval-dataset-path"),
+        (["--algo", "sft", "--eval-dataset-path", "EVAL"], "sft (supervised) does not roll out"),
+        (["--eval-dataset-path", "missing.jsonl"], "missing.jsonl"),
+    ],
+)
+def test_eval_options_bad_values_fail_before_output(tmp_path, gsm8k_rows, capsys, extra, message):
+    extra = [str(gsm8k_rows) if a == "EVAL" else a for a in extra]
+    reward = tmp_path / "reward.py"
+    reward.write_text(RL_REWARD)
+    loader = tmp_path / "loader.py"
+    loader.write_text(RL_LOADER)
+    algo = [] if "--algo" in extra else ["--algo", "grpo", "--reward-fn-path", str(reward)]
+    loader_args = [] if "--algo" in extra else ["--dataset-loader-fn", str(loader)]
+    if "--algo" in extra:
+        loader_args = ["--dataset-loader-fn", str(SFT_LOADER)]
+    with pytest.raises(SystemExit) as info:
+        main([
+            "train", *algo, "--ckpt", "random:qwen3-tiny", "--dataset-path", str(gsm8k_rows),
+            *loader_args, *extra, "--save-path", str(tmp_path / "never"),
+        ])  # fmt: skip
+    assert info.value.code == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "never").exists()

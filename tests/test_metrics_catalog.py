@@ -18,7 +18,7 @@ SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
 
 def catalog() -> set[str]:
     text = DOC.read_text().split("## Metric catalog", 1)[1].split("\n## ", 1)[0]
-    return set(re.findall(r"`((?:rollout|train|time)/[a-z_/]+)`", text))
+    return set(re.findall(r"`((?:rollout|train|time|eval)/[a-z_/]+)`", text))
 
 
 def run_and_collect(args: list[str], out: Path) -> set[str]:
@@ -56,7 +56,7 @@ def emitted(tmp_path_factory) -> set[str]:
         "sft": ["--dataset-loader-fn", str(SFT_LOADER), "--max-new-tokens", "32"],
         "dpo": ["--dataset-loader-fn", str(root / "dpo.py")],
         "ppo": ["--dataset-loader-fn", str(root / "rl.py"), "--reward-fn-path",
-                str(root / "reward.py")],
+                str(root / "reward.py"), "--eval-dataset-path", str(data), "--eval-limit", "2"],
     }  # fmt: skip
     runs["ppo-kl-in-reward"] = [*runs["ppo"], "--no-use-kl-loss", "--ref-ckpt", "random:qwen3-tiny"]
     keys: set[str] = set()

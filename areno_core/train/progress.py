@@ -216,8 +216,11 @@ def print_summary(
     final_metrics: Mapping[str, Any],
     checkpoint_path: str | None,
     metrics_dir: str | None,
+    first_eval: Mapping[str, Any] | None = None,
+    last_eval: Mapping[str, Any] | None = None,
 ) -> None:
-    """Print the end-of-run summary: steps, time, final loss/reward/lr, where outputs are."""
+    """Print the end-of-run summary: steps, time, final loss/reward/lr, held-out accuracy
+    (first and last evaluation) when the run evaluated, where outputs are."""
     summary: dict[str, Any] = {"steps": steps, "elapsed": _fmt_duration(elapsed_s)}
     for label, keys in (
         ("final loss", LOSS_KEYS),
@@ -225,6 +228,14 @@ def print_summary(
         ("final lr", LR_KEYS),
     ):
         summary[label] = _pick(final_metrics, keys)
+    if last_eval and "eval/accuracy" in last_eval:
+        last = last_eval["eval/accuracy"]
+        first = (first_eval or {}).get("eval/accuracy")
+        summary["eval accuracy"] = (
+            f"{first:.3f} -> {last:.3f}"
+            if first is not None and first_eval is not last_eval
+            else f"{last:.3f}"
+        )
     summary["checkpoint"] = checkpoint_path or "none saved (no --save-path)"
     if metrics_dir:
         summary["metrics"] = metrics_dir

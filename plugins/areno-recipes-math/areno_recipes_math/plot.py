@@ -6,10 +6,10 @@
 
 Reads ``<run>/tensorboard/metrics.jsonl`` (or a ``metrics.jsonl`` path) and draws
 ``rollout/reward_mean`` per step with a moving average; the x axis is wall-clock minutes since
-the first step when ``--time-axis`` is set. ``--eval`` takes a JSON file of held-out accuracy
-points, ``{"label": [[step, accuracy], ...]}``, as written by
-``python -m areno_recipes_math.evaluate --all-steps --curve-out``, and draws them on a second
-axis.
+the first step when ``--time-axis`` is set. Held-out accuracy goes on a second axis: the
+``eval/accuracy`` points a run logged itself (``--eval-dataset-path``, which ``math/arith``
+sets), or, with ``--eval``, a JSON file of points ``{"label": [[step, accuracy], ...]}`` as
+written by ``python -m areno_recipes_math.evaluate --all-steps --curve-out``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
 REWARD_KEY = "rollout/reward_mean"
+EVAL_KEY = "eval/accuracy"
 
 
 def read_metrics(run: str | Path) -> list[dict[str, Any]]:
@@ -92,8 +93,13 @@ def plot_runs(
         raise ValueError(f"{len(runs)} runs but {len(labels)} labels")
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    logged: dict[str, list[tuple[float, float]]] = {}
     for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
-        xs, ys = curve(read_metrics(run), key, time_axis=time_axis)
+        rows = read_metrics(run)
+        eval_xs, eval_ys = curve(rows, EVAL_KEY, time_axis=time_axis)
+        if eval_xs:
+            logged[label] = list(zip(eval_xs, eval_ys, strict=True))
+        xs, ys = curve(rows, key, time_axis=time_axis)
         color = colors[i % len(colors)]
         ax.plot(xs, ys, color=color, alpha=0.25, linewidth=0.8)
         ax.plot(xs, moving_average(ys, window), color=color, linewidth=2.0, label=f"{label}")
@@ -101,6 +107,7 @@ def plot_runs(
     ax.set_ylabel(f"{key} ({window}-step mean)")
     ax.grid(alpha=0.3)
     handles, names = ax.get_legend_handles_labels()
+    eval_points = eval_points if eval_points is not None else logged
     if eval_points:
         ax2 = ax.twinx()
         for i, (label, points) in enumerate(eval_points.items()):

@@ -44,6 +44,10 @@ _ARITH_RL: dict[str, Any] = {
     "lr_decay_steps": 1000,
     "max_steps": 500,
     "save_interval": 100,
+    # Greedy exact-match on the 500 held-out problems at steps 0, 100, ..., 500 (eval/accuracy,
+    # and the run summary's "eval accuracy"); about 5 s each.
+    "eval_dataset_path": ARITH_EVAL,
+    "eval_interval": 100,
 }
 
 # What every math/arith recipe sets, whatever the algorithm.
@@ -82,6 +86,10 @@ ARITH = Recipe(
         note="measured on 2 CPU cores; peak RSS of a run is about 0.6 GiB; no GPU needed",
     ),
     expected_metrics={
+        "eval/accuracy": (
+            "greedy exact-match on the 500 held-out problems: 0.240 at step 0 (the warm start), "
+            "0.478 (gspo) and 0.490 (grpo) at step 500 (measured)"
+        ),
         "rollout/reward_mean": (
             "exact-match rate of the samples (temperature 1): about 0.17 over the first steps, "
             "0.29-0.30 on average over steps 400-500 with gspo and with grpo (measured)"
@@ -105,14 +113,23 @@ ARITH = Recipe(
             after_step=400,
             description="measured 0.292 (gspo) and 0.295 (grpo) over steps 400-500",
         ),
+        Gate(
+            "at_least",
+            "eval/accuracy",
+            threshold=0.40,
+            after_step=500,
+            description="held-out accuracy at the end; measured 0.478 (gspo), 0.490 (grpo), "
+            "from 0.240",
+        ),
         Gate("checkpoint_loadable", after_step=500, description="the final policy loads"),
     ),
     description=(
         "Prompts are plain text such as '47+89=' and the completion is the number, then EOS. "
         "It starts from the shipped SFT warm start (see math/arith-sft), which solves 24.0% of "
         "the 500 held-out problems greedily; 500 steps (measured 2.5-3.5 min on 2 busy CPU "
-        "cores) bring that to 47.8% with gspo and 49.0% with grpo. Measure it with "
-        "`python -m areno_recipes_math.evaluate --ckpt <save-path>`."
+        "cores) bring that to 47.8% with gspo and 49.0% with grpo. The run logs it as "
+        "eval/accuracy every 100 steps; `python -m areno_recipes_math.evaluate --ckpt "
+        "<save-path>` measures any checkpoint."
     ),
 )
 

@@ -117,8 +117,12 @@ def test_arith_gspo_two_steps_from_warmstart_writes_metrics_and_checkpoint(tmp_p
     run = tmp_path / "gspo"
     areno("train", "--recipe", "math/arith", "--algo", "gspo", "--max-steps", "2",
           "--batch-size", "8", "--save-path", str(run))  # fmt: skip
-    steps = history(run)
+    evals, steps = history(run)[0], history(run)[1:]
     assert [h["step"] for h in steps] == [1, 2]
+    # The recipe evaluates the warm start on the 500 held-out problems before step 1: the
+    # documented 24.0%, the same number `python -m areno_recipes_math.evaluate` gives.
+    assert evals["step"] == 0 and evals["eval/accuracy"] == pytest.approx(0.240)
+    assert "eval/accuracy" in steps[-1]  # and after the last step
     assert steps[0]["rollout/samples"] == 8 * ARITH.algorithm_defaults["gspo"]["n_samples"]
     assert steps[0]["rollout/reward_errors"] == 0.0
     assert steps[0]["rollout/reward_mean"] > 0.0  # the warm start already solves some
