@@ -249,9 +249,23 @@ def _result(
     }
 
 
-def child_main(args: Any) -> None:
-    shape = dict(SHAPES[args.shape])
+def resolve_shape(name: str, args: Any) -> dict[str, Any]:
+    """The named shape with the command line's overrides; with fewer ``--prompts`` the
+    microbatch shrinks to one step's samples, so both sides still take one optimizer step."""
+    shape = dict(SHAPES[name])
     shape.update({k: v for k, v in _overrides(args).items() if v is not None})
+    samples = shape["prompts"] * shape["samples"]
+    shape["micro_bs"] = min(shape["micro_bs"], samples)
+    if samples % shape["micro_bs"]:
+        raise SystemExit(
+            f"{shape['prompts']} prompts x {shape['samples']} samples is not a multiple of the "
+            f"microbatch {shape['micro_bs']}"
+        )
+    return shape
+
+
+def child_main(args: Any) -> None:
+    shape = resolve_shape(args.shape, args)
     rows = workload_rows(args.shape, shape)
     runner = run_areno if args.child == "areno" else run_trl
     common.emit(runner(args, shape, rows))
@@ -274,8 +288,7 @@ def drive(args: Any) -> dict[str, Any]:
     print(f"machine: {report['machine']}")
     names = list(SHAPES) if args.shape == "all" else [args.shape]
     for name in names:
-        shape = dict(SHAPES[name])
-        shape.update({k: v for k, v in _overrides(args).items() if v is not None})
+        shape = resolve_shape(name, args)
         print(
             f"\n== GRPO, shape {name}: {shape['model']}, {shape['prompts']} prompts x "
             f"{shape['samples']} samples, <= {shape['new_tokens']} new tokens, microbatch "

@@ -27,6 +27,16 @@ from typing import Any
 RESULT_PREFIX = "BENCH_RESULT "
 REPO = Path(__file__).resolve().parents[1]
 GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
+# This checkout's packages come first, for the driver and (through PYTHONPATH) every child, so a
+# script runs from a clone whether or not ``pip install -e .`` points at this directory.
+SOURCE_PATHS = [
+    str(path)
+    for path in (REPO, *sorted((REPO / "plugins").glob("*")), REPO / "internal" / "areno-smoke")
+    if path.is_dir()
+]
+for _path in reversed(SOURCE_PATHS):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 
 # -- the child side ---------------------------------------------------------------------------
@@ -117,7 +127,7 @@ def run_child(script: Path, args: Sequence[str], *, timeout: float | None = None
         text=True,
         timeout=timeout,
         cwd=str(REPO),
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": _pythonpath()},
     )
     wall = time.perf_counter() - began
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
@@ -129,6 +139,11 @@ def run_child(script: Path, args: Sequence[str], *, timeout: float | None = None
     result["load_after"] = load_average()
     result["child_wall_s"] = wall
     return result
+
+
+def _pythonpath() -> str:
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([*SOURCE_PATHS, *(p for p in inherited if p not in SOURCE_PATHS)])
 
 
 def interleaved(

@@ -192,11 +192,15 @@ class _KVStore:
                 yield layer, "keys"
                 yield layer, "values"
 
-    def reserve(self, left: int, right: int, pending_left: int = 0) -> None:
+    def reserve(
+        self, left: int, right: int, pending_left: int = 0, max_right: int | None = None
+    ) -> None:
         """Make columns ``[hi - left, hi + right)`` exist, moving or growing buffers if needed.
 
         ``pending_left`` is the longest prompt still waiting: when the window has to move
-        anyway, it is placed so that prompt will fit without another move.
+        anyway, it is placed so that prompt will fit without another move. ``max_right``, when
+        known, is the most columns the window can still grow by (no prompt waiting, every row's
+        remaining token budget): growth never allocates beyond it.
         """
         if self.n == 0:
             self.lo = self.hi
@@ -208,8 +212,11 @@ class _KVStore:
         slack = max(_COLUMN_ALIGN, width // 2, right)
         if end + slack <= self.cols:
             self._move_window(new_lo)
-        else:
-            self._resize(_round_up(end + slack, _COLUMN_ALIGN), new_lo)
+            return
+        cols = _round_up(end + slack, _COLUMN_ALIGN)
+        if max_right is not None:
+            cols = min(cols, new_lo + width + max(right, max_right))
+        self._resize(cols, new_lo)
 
     def _move_window(self, new_lo: int) -> None:
         n, lo, hi = self.n, self.lo, self.hi
@@ -455,7 +462,11 @@ class _Generation:
         valid_t = torch.from_numpy(valid).to(device)
         positions = (valid_t.long().cumsum(-1) - 1).clamp_(min=0)
 
-        store.reserve(left=width, right=0, pending_left=self._pending_left())
+        pending = self._pending_left()
+        # Nothing left to admit: these rows can grow by at most their token budget.
+        store.reserve(
+            left=width, right=0, pending_left=pending, max_right=None if pending else self.max_new
+        )
         starts = store.hi - lengths[src]
         store.open_rows(rows, starts)
         rows_t = torch.from_numpy(rows).to(device)
@@ -484,7 +495,10 @@ class _Generation:
 
     def _decode_step(self) -> list[int]:
         store = self.store
-        store.reserve(left=0, right=1, pending_left=self._pending_left())
+        pending = self._pending_left()
+        # With nothing left to admit, no row needs more columns than its remaining budget.
+        max_right = None if pending else int((self.max_new - self.row_count[: store.n]).max())
+        store.reserve(left=0, right=1, pending_left=pending, max_right=max_right)
         input_ids, mask, positions = store.decode_inputs()
         logits = self.engine._forward(input_ids, mask, positions, store.cache)
         store.advance()

@@ -330,3 +330,20 @@ def test_create_native_engine_with_tokenizer_decodes_text_and_uses_its_eos(
         c = group[0]
         body = c.token_ids[:-1] if c.finish_reason == "stop" else c.token_ids
         assert c.text == tokenizer.decode(list(body))
+
+
+def test_generate_cache_grows_no_further_than_the_remaining_token_budget(
+    model: Qwen3ForCausalLM,
+) -> None:
+    engine = _engine(model)
+    prompts = [[3 + (i + j) % 50 for j in range(20)] for i in range(8)]
+    sampling = SamplingParams(max_new_tokens=40, greedy=True)
+    out = engine.generate(prompts, sampling)
+    store = engine._store
+    assert store is not None
+    # Every prompt was admitted at once, so growth stops at the 20 prompt columns plus the
+    # 40-token budget (64-column rounding alone would give 128 columns).
+    assert 20 + 1 <= store.cols <= 20 + 40
+    # Admitting in waves (prompts still waiting) keeps slack, and gives the same tokens.
+    waves = _engine(model, max_running=3).generate(prompts, sampling)
+    assert _tokens(waves) == _tokens(out)

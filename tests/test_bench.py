@@ -1,0 +1,103 @@
+"""The benchmark harness runs: each script's areno side on a tiny workload, the rollout
+driver end to end (areno against transformers generate), and TRL's side where TRL is
+installed (``pip install -e ".[bench]"``). Speed is never asserted here; bench/ measures it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+HAS_TRL = importlib.util.find_spec("trl") is not None
+
+
+def bench(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def child_result(proc: subprocess.CompletedProcess[str]) -> dict:
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH_RESULT ")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads(lines[-1].removeprefix("BENCH_RESULT "))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import common  # bench/common.py
+    finally:
+        sys.path.remove(str(BENCH))
+    return common.save_random_model("random:qwen3-tiny", tmp_path_factory.mktemp("m") / "model")
+
+
+GRPO_CHILD = ["--shape", "tiny", "--steps", "2", "--warmup", "1", "--prompts", "2", "--seed", "0"]
+SFT_CHILD = ["--model", "random:qwen3-tiny", "--batch", "4", "--micro-bs", "2", "--steps", "1",
+             "--warmup", "1"]  # fmt: skip
+
+
+@pytest.mark.parametrize("side", ["areno", pytest.param("trl", marks=pytest.mark.skipif(
+    not HAS_TRL, reason="TRL is a bench extra: pip install -e '.[bench]'"))])  # fmt: skip
+def test_grpo_child_reports_throughput_rewards_and_memory(model_dir, side) -> None:
+    result = child_result(
+        bench("bench_grpo.py", "--child", side, "--model-dir", str(model_dir), *GRPO_CHILD)
+    )
+    assert result["samples_per_s"] > 0 and result["step_s"] > 0
+    assert result["steps"] == 3 and len(result["rewards"]) == 3
+    assert all(0.0 <= r <= 1.0 for r in result["rewards"])
+    assert result["peak_rss_mib"] > 50
+
+
+@pytest.mark.parametrize("side", ["areno", pytest.param("trl", marks=pytest.mark.skipif(
+    not HAS_TRL, reason="TRL is a bench extra: pip install -e '.[bench]'"))])  # fmt: skip
+def test_sft_child_counts_the_same_target_tokens(model_dir, side) -> None:
+    result = child_result(
+        bench("bench_sft.py", "--child", side, "--model-dir", str(model_dir), *SFT_CHILD)
+    )
+    assert result["target_tokens_per_s"] > 0
+    # Both sides train on the same pre-tokenized rows in the same order.
+    assert result["target_tokens"] == 1093.0
+    if side == "areno":
+        assert len(result["losses"]) == 2
+
+
+def test_rollout_driver_runs_both_sides_and_writes_ratios(tmp_path) -> None:
+    out = tmp_path / "rollout.json"
+    proc = bench(
+        "bench_rollout.py", "--model", "random:qwen3-tiny", "--scenario", "decode",
+        "--batch", "2", "--new-tokens", "4", "--calls", "1", "--reps", "1", "--json", str(out),
+    )  # fmt: skip
+    assert "| batch | areno tok/s | generate tok/s | ratio |" in proc.stdout
+    report = json.loads(out.read_text())
+    median = report["scenarios"]["decode"]["2"]["median"]
+    for side in ("areno", "hf"):
+        assert median[side]["tokens_per_s"] > 0 and median[side]["peak_rss_mib"] > 50
+    runs = report["scenarios"]["decode"]["2"]["runs"]
+    assert runs["areno"][0]["tokens"] == runs["hf"][0]["tokens"] == [8]  # same work
+
+
+def test_ceiling_reports_matmul_peak_and_step_fraction(tmp_path) -> None:
+    out = tmp_path / "ceiling.json"
+    proc = bench("bench_ceiling.py", "--steps", "1", "--prompts", "1", "--repeats", "1",
+                 "--json", str(out))  # fmt: skip
+    assert "peak:" in proc.stdout and "whole GRPO step" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["matmul"]["peak_flops"] == max(report["matmul"]["per_shape_flops"].values())
+    assert report["matmul"]["peak_flops"] > 1e9
+    grpo = report["grpo"]
+    assert grpo["rollout_flops"] > 0 and grpo["update_flops"] > grpo["rollout_flops"]
+    assert grpo["rollout_s"] > 0 and grpo["update_s"] > 0
