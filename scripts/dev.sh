@@ -14,12 +14,13 @@ PLUGINS=(plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-ag
 INTERNAL=(internal/areno-smoke)
 
 setup() {
+  local extras=${1:-dev}
   # The torch range in pyproject.toml admits the CPU-only 2.13 build; installing it first keeps
   # pip from resolving a CUDA build on machines without a GPU.
   if ! "$PY" -c "import torch" 2>/dev/null; then
     "$PY" -m pip install -q "torch==2.13.0"
   fi
-  local args=(-e ".[dev]")
+  local args=(-e ".[$extras]")
   for p in "${PLUGINS[@]}" "${INTERNAL[@]}"; do args+=(-e "$p"); done
   "$PY" -m pip install -q "${args[@]}"
 }
@@ -37,7 +38,8 @@ demo() {
 }
 
 test_all() {
-  setup
+  # The bench extra (TRL) lets tests/test_bench.py run the reference side of the harness too.
+  setup dev,bench
   "$PY" -m ruff check .
   "$PY" -m ruff format --check .
   "$PY" -m areno_core.docs_gen --check
