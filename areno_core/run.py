@@ -66,14 +66,18 @@ class RunPlan:
     eval_rows: list[dict[str, Any]] | None = None
 
 
-def load_training_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> list[dict]:
-    """Read the dataset, apply the loader, and check the rows against the algorithm schema."""
-    rows = load_rows(cfg.dataset_path)
+def _loaded_rows(path: str, cfg: RunConfig, registry: Registry) -> list[dict]:
+    """Rows of the dataset at ``path`` after ``--dataset-loader-fn`` (when one is given)."""
+    rows = load_rows(path)
     loader = resolve_loader(
         cfg.dataset_loader_fn, lambda name: registry.get("dataset_loaders", name)
     )
-    if loader is not None:
-        rows = apply_loader(rows, loader)
+    return apply_loader(rows, loader) if loader is not None else rows
+
+
+def load_training_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> list[dict]:
+    """Read the dataset, apply the loader, and check the rows against the algorithm schema."""
+    rows = _loaded_rows(cfg.dataset_path, cfg, registry)
     if not rows:
         raise ConfigError(f"--dataset-path {cfg.dataset_path!r}: no rows left after the loader")
     if spec.kind == "preference":
@@ -95,12 +99,7 @@ def load_eval_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> l
             "--eval-dataset-path with --agent-fn is not available yet: evaluation runs direct "
             "prompts only"
         )
-    rows = load_rows(cfg.eval_dataset_path)
-    loader = resolve_loader(
-        cfg.dataset_loader_fn, lambda name: registry.get("dataset_loaders", name)
-    )
-    if loader is not None:
-        rows = apply_loader(rows, loader)
+    rows = _loaded_rows(cfg.eval_dataset_path, cfg, registry)
     rows = rows[: cfg.eval_limit] if cfg.eval_limit else rows
     if not rows:
         raise ConfigError(

@@ -54,8 +54,9 @@ def curve(
 ) -> tuple[list[float], list[float]]:
     """``(x, y)`` of ``key``: x is the step, or minutes since the run began.
 
-    A save path reused by a fresh run appends to the same file; only the last run (from the
-    last point where the step went back) is kept.
+    A file that holds several runs (a metrics directory shared by runs without --save-path
+    written by an older areno, or files concatenated by hand) is cut to the last run, from the
+    last point where the step went back.
     """
     xs, ys, elapsed, last_step = [], [], 0.0, None
     for row in rows:
