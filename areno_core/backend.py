@@ -274,6 +274,91 @@ class LocalBackend:
         metrics["time/train"] = time.perf_counter() - started
         return TrainResult(step=model.step, metrics=metrics)
 
+    @torch.no_grad()
+    def evaluate(
+        self,
+        model: TrainableModel,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        algorithm: str,
+        mini_bs: int = 16,
+        temperature: float = 1.0,
+        max_prompt_tokens: int = 1024,
+        max_new_tokens: int = 3071,
+        disable_thinking: bool = False,
+        **algorithm_options: Any,
+    ) -> dict[str, float]:
+        """The loss and statistics of a supervised or preference algorithm on held-out rows,
+        without touching weights, optimizer or random streams.
+
+        Returns the algorithm's ``train/*`` statistics under ``eval/`` (``eval/loss``,
+        ``eval/nll`` for sft; ``eval/rewards/accuracy``, ``eval/rewards/margin``, ... for dpo),
+        each averaged over all ``rows`` as if they were one optimizer step.
+        """
+        spec = get_registry().algorithm(algorithm)
+        if spec.kind == "online":
+            raise ValueError(
+                f"evaluate() computes held-out losses of supervised and preference algorithms; "
+                f"{algorithm!r} is online RL (evaluate it by sampling, see areno_core.evaluation)"
+            )
+        config = _algorithm_config(spec, algorithm_options)
+        prepared = self._prepare(
+            model,
+            rows,
+            spec,
+            config,
+            max_prompt_tokens=max_prompt_tokens,
+            max_new_tokens=max_new_tokens,
+            disable_thinking=disable_thinking,
+        )
+        if not prepared.trajectories:
+            return {}
+        device = model.device
+        batch = collate(prepared.trajectories, model.pad_id)
+        if "reference" in spec.roles:
+            reference = model.ensure_reference()
+            batch["ref_logprobs"] = _score(
+                batch,
+                _score_plan(batch["lengths"], mini_bs),
+                device,
+                lambda mb: policy_outputs(
+                    reference, mb, temperature=temperature, share_prefix=self.share_prefix
+                )["logprobs"],
+            )
+        unit = prepared.unit_rows
+        everything = [list(range(batch["input_ids"].shape[0]))]
+        micro_rows = max(unit, mini_bs // unit * unit)
+        ordered = sort_by_length(everything, batch["lengths"], unit)[0]
+        micros = [ordered[i : i + micro_rows] for i in range(0, len(ordered), micro_rows)]
+        all_tokens = batch["loss_mask"].sum().clamp(min=1.0).to(device)
+        all_rows = torch.tensor(float(len(ordered)), device=device)
+        policy = model.policy
+        was_training = policy.training
+        policy.eval()
+        totals: dict[str, float] = {}
+        mins: dict[str, float] = {}
+        maxs: dict[str, float] = {}
+        loss_sum = 0.0
+        try:
+            for micro in micros:
+                mb = _to_device(select_rows(batch, micro), device)
+                mb["group_loss_tokens"] = all_tokens
+                mb["group_sequences"] = all_rows
+                outputs = policy_outputs(
+                    policy,
+                    mb,
+                    temperature=temperature,
+                    need_entropy=spec.needs_entropy,
+                    share_prefix=self.share_prefix,
+                )
+                loss, stats = spec.loss(outputs, mb, config)
+                loss_sum += float(loss)
+                _merge_stats(stats, totals, mins, maxs)
+        finally:
+            policy.train(was_training)
+        metrics = {**totals, **mins, **maxs, "train/loss": loss_sum}
+        return {"eval/" + key.split("/", 1)[1]: value for key, value in metrics.items()}
+
     # -- preparation ----------------------------------------------------------------------
 
     def _prepare(

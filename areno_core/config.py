@@ -324,13 +324,14 @@ class ObservabilityConfig:
 
 @attrs.define(kw_only=True)
 class EvalConfig:
-    """Held-out evaluation during online RL."""
+    """Held-out evaluation during training."""
 
     eval_dataset_path: str | None = opt(
         None,
-        "Held-out dataset, read like --dataset-path and passed through --dataset-loader-fn: "
-        "greedy completions scored by the run's reward, logged as eval/accuracy, "
-        "eval/reward_mean, eval/response_length_mean, eval/truncation_rate.",
+        "Held-out dataset, read like --dataset-path and passed through --dataset-loader-fn. "
+        "Online RL: greedy completions scored by the run's reward (eval/accuracy, "
+        "eval/reward_mean, ...); sft and dpo: the loss and statistics without an update "
+        "(eval/loss, eval/nll, eval/rewards/accuracy, ...).",
     )
     eval_interval: int | None = opt(
         None,

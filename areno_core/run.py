@@ -88,12 +88,6 @@ def load_training_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) 
 
 def load_eval_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> list[dict]:
     """The ``--eval-dataset-path`` rows after the loader (first ``--eval-limit``), checked."""
-    if not spec.needs_rollout:
-        raise ConfigError(
-            f"--eval-dataset-path evaluates completions with the reward; --algo {spec.name} "
-            f"({spec.kind}) does not roll out. Use an online RL algorithm, or evaluate the "
-            "saved checkpoints separately"
-        )
     if cfg.agent_fn is not None:
         raise NotAvailableError(
             "--eval-dataset-path with --agent-fn is not available yet: evaluation runs direct "
@@ -105,8 +99,32 @@ def load_eval_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> l
         raise ConfigError(
             f"--eval-dataset-path {cfg.eval_dataset_path!r}: no rows left after the loader"
         )
+    if spec.kind == "preference":
+        rows = [split_chat_preference(r) if is_chat_preference_row(r) else r for r in rows]
     validate_rows(rows, spec.row_schema, algo=spec.name)
     return rows
+
+
+# LocalBackend.train options that LocalBackend.evaluate takes too (the rest update weights).
+_EVAL_KWARGS = ("mini_bs", "temperature", "max_prompt_tokens", "max_new_tokens", "disable_thinking")
+
+
+def build_loss_evaluator(
+    plan: RunPlan, model: TrainableModel, backend: LocalBackend, kwargs: dict[str, Any]
+) -> Any:
+    """Held-out loss for sft and dpo: the algorithm's statistics on the eval rows, no update."""
+    options = {k: v for k, v in kwargs.items() if k in _EVAL_KWARGS}
+    fields = attrs.fields(plan.spec.config_cls)
+    options.update({f.name: kwargs[f.name] for f in fields if f.name in kwargs})
+    rows = plan.eval_rows or []
+
+    def evaluate() -> dict[str, float]:
+        started = time.perf_counter()
+        metrics = backend.evaluate(model, rows, algorithm=plan.spec.name, **options)
+        metrics["time/eval"] = time.perf_counter() - started
+        return metrics
+
+    return evaluate
 
 
 def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
@@ -335,6 +353,8 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         return str(path)
 
     rollout = evaluate = None
+    if plan.eval_rows is not None and not plan.spec.needs_rollout:
+        evaluate = build_loss_evaluator(plan, model, backend, kwargs)
     if plan.spec.needs_rollout:
         reward_fn = plan.reward_fn or _reward_model_fn(model, cfg.reward_ckpt)
         rollout = build_rollout(plan, model, registry, reward_fn)

@@ -93,3 +93,63 @@ def test_log_writes_explicit_metrics_and_reward_stats(tmp_path):
     [line] = read_jsonl(tmp_path)
     assert line["step"] == 3 and line["train/loss"] == 2.5
     torch.testing.assert_close(line["rollout/reward_std"], 0.5)
+
+
+EVAL_ROWS = [
+    {"prompt": "12+30=", "response": "42"},
+    {"prompt": "5+5=", "response": "10, that is ten"},
+    {"prompt": "What is 9 times 9?", "response": "81"},
+]
+
+
+def test_evaluate_sft_loss_is_token_mean_nll_and_changes_nothing(model):
+    from areno_core.train.featurize import sft_trajectories
+
+    backend = LocalBackend()
+    weights = {k: v.clone() for k, v in model.policy.state_dict().items()}
+    rng = model.generator.get_state().clone()
+    model.policy.train()
+    metrics = backend.evaluate(model, EVAL_ROWS, algorithm="sft", mini_bs=1)
+    # By hand: -log p of every response token, averaged over all of them.
+    trajs, _ = sft_trajectories(
+        EVAL_ROWS, model.tokenizer, max_prompt_tokens=1024, max_new_tokens=3071
+    )
+    nll, count = 0.0, 0
+    with torch.no_grad():
+        for t in trajs:
+            ids = torch.tensor([t.input_ids])
+            logp = torch.log_softmax(model.policy(ids).logits.float(), -1)[0]
+            for pos in range(1, len(t.input_ids)):
+                if t.loss_mask[pos]:
+                    nll -= float(logp[pos - 1, t.input_ids[pos]])
+                    count += 1
+    assert count > 6
+    assert metrics["eval/loss"] == pytest.approx(nll / count, rel=1e-5)
+    assert metrics["eval/nll"] == pytest.approx(nll / count, rel=1e-5)
+    # Microbatching does not change the number; weights, optimizer and RNG are untouched.
+    assert backend.evaluate(model, EVAL_ROWS, algorithm="sft", mini_bs=16)[
+        "eval/loss"
+    ] == pytest.approx(metrics["eval/loss"], rel=1e-5)
+    for key, value in model.policy.state_dict().items():
+        assert torch.equal(value, weights[key]), key
+    assert torch.equal(model.generator.get_state(), rng)
+    assert model.optimizer is None and model.step == 0
+    assert model.policy.training  # train mode is restored after evaluating in eval mode
+
+
+def test_evaluate_dpo_reports_preference_statistics(model):
+    pairs = [
+        {"prompt": "2+2=", "chosen": "4", "rejected": "five"},
+        {"prompt": "3+3=", "chosen": "6", "rejected": "no idea"},
+    ]
+    metrics = LocalBackend().evaluate(model, pairs, algorithm="dpo", mini_bs=2, dpo_beta=0.1)
+    # Policy and reference are the same weights before training: margin 0, loss log 2.
+    assert metrics["eval/rewards/margin"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["eval/dpo_loss"] == pytest.approx(0.693147, rel=1e-4)
+    assert metrics["eval/loss"] == pytest.approx(0.693147, rel=1e-4)
+    assert 0.0 <= metrics["eval/rewards/accuracy"] <= 1.0
+
+
+def test_evaluate_online_algorithm_is_refused(model):
+    with pytest.raises(ValueError, match="'grpo' is online RL"):
+        LocalBackend().evaluate(model, EVAL_ROWS, algorithm="grpo")

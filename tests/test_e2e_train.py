@@ -297,12 +297,14 @@ def test_eval_dataset_logs_greedy_eval_at_start_interval_and_end(tmp_path, gsm8k
     ("extra", "message"),
     [
         (["--eval-interval", "5"], "--eval-interval needs --eval-dataset-path"),
-        (["--algo", "sft", "--eval-dataset-path", "EVAL"], "sft (supervised) does not roll out"),
+        (["--algo", "sft", "--eval-dataset-path", "BAD"], "row 0"),
         (["--eval-dataset-path", "missing.jsonl"], "missing.jsonl"),
     ],
 )
 def test_eval_options_bad_values_fail_before_output(tmp_path, gsm8k_rows, capsys, extra, message):
-    extra = [str(gsm8k_rows) if a == "EVAL" else a for a in extra]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "no response here"}\n')
+    extra = [str(bad) if a == "BAD" else a for a in extra]
     reward = tmp_path / "reward.py"
     reward.write_text(RL_REWARD)
     loader = tmp_path / "loader.py"
@@ -319,3 +321,22 @@ def test_eval_options_bad_values_fail_before_output(tmp_path, gsm8k_rows, capsys
     assert info.value.code == 2
     assert message in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "never").exists()
+
+
+def test_sft_eval_dataset_logs_held_out_loss_that_falls(tmp_path, gsm8k_rows, capsys):
+    run = tmp_path / "sft"
+    areno(
+        "train", "--algo", "sft", "--ckpt", "random:qwen3-tiny",
+        "--dataset-path", str(gsm8k_rows), "--dataset-loader-fn", str(SFT_LOADER),
+        "--eval-dataset-path", str(gsm8k_rows), "--eval-limit", "8", "--eval-interval", "4",
+        "--batch-size", "8", "--mini-bs", "4", "--lr", "3e-3", "--max-new-tokens", "64",
+        "--no-activation-checkpointing", "--max-steps", "8", "--save-path", str(run),
+    )  # fmt: skip
+    rows = {h["step"]: h for h in history(run)}
+    evaluated = sorted(s for s, h in rows.items() if "eval/loss" in h)
+    assert evaluated == [0, 4, 8]
+    assert set(rows[0]) == {"step", "eval/loss", "eval/nll", "time/eval"}
+    assert rows[8]["eval/loss"] < 0.9 * rows[0]["eval/loss"]  # it learns the rows it sees
+    assert rows[8]["eval/loss"] == pytest.approx(rows[8]["eval/nll"])
+    summary = " ".join(capsys.readouterr().out.split())
+    assert f"eval loss │ {rows[0]['eval/loss']:.4g} -> {rows[8]['eval/loss']:.4g}" in summary

@@ -53,8 +53,10 @@ def emitted(tmp_path_factory) -> set[str]:
             "--batch-size", "2", "--n-samples", "2", "--max-new-tokens", "6",
             "--no-activation-checkpointing", "--critic-warmup-steps", "0"]  # fmt: skip
     runs = {
-        "sft": ["--dataset-loader-fn", str(SFT_LOADER), "--max-new-tokens", "32"],
-        "dpo": ["--dataset-loader-fn", str(root / "dpo.py")],
+        "sft": ["--dataset-loader-fn", str(SFT_LOADER), "--max-new-tokens", "32",
+                "--eval-dataset-path", str(data), "--eval-limit", "2"],
+        "dpo": ["--dataset-loader-fn", str(root / "dpo.py"), "--eval-dataset-path", str(data),
+                "--eval-limit", "2"],
         "ppo": ["--dataset-loader-fn", str(root / "rl.py"), "--reward-fn-path",
                 str(root / "reward.py"), "--eval-dataset-path", str(data), "--eval-limit", "2"],
     }  # fmt: skip

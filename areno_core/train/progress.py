@@ -228,14 +228,17 @@ def print_summary(
         ("final lr", LR_KEYS),
     ):
         summary[label] = _pick(final_metrics, keys)
-    if last_eval and "eval/accuracy" in last_eval:
-        last = last_eval["eval/accuracy"]
-        first = (first_eval or {}).get("eval/accuracy")
-        summary["eval accuracy"] = (
-            f"{first:.3f} -> {last:.3f}"
-            if first is not None and first_eval is not last_eval
-            else f"{last:.3f}"
-        )
+    # Held-out accuracy (online RL) or loss (sft, dpo), first evaluation -> last.
+    for label, key, fmt in (
+        ("eval accuracy", "eval/accuracy", ".3f"),
+        ("eval loss", "eval/loss", ".4g"),
+    ):
+        if last_eval and key in last_eval:
+            last = format(last_eval[key], fmt)
+            first = (first_eval or {}).get(key)
+            moved = first is not None and first_eval is not last_eval
+            summary[label] = f"{format(first, fmt)} -> {last}" if moved else last
+            break
     summary["checkpoint"] = checkpoint_path or "none saved (no --save-path)"
     if metrics_dir:
         summary["metrics"] = metrics_dir
