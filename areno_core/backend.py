@@ -316,14 +316,8 @@ class LocalBackend:
         device = model.device
         batch = collate(prepared.trajectories, model.pad_id)
         if "reference" in spec.roles:
-            reference = model.ensure_reference()
-            batch["ref_logprobs"] = _score(
-                batch,
-                _score_plan(batch["lengths"], mini_bs),
-                device,
-                lambda mb: policy_outputs(
-                    reference, mb, temperature=temperature, share_prefix=self.share_prefix
-                )["logprobs"],
+            batch["ref_logprobs"] = self._reference_logprobs(
+                model, batch, _score_plan(batch["lengths"], mini_bs), temperature
             )
         unit = prepared.unit_rows
         everything = [list(range(batch["input_ids"].shape[0]))]
@@ -358,6 +352,24 @@ class LocalBackend:
             policy.train(was_training)
         metrics = {**totals, **mins, **maxs, "train/loss": loss_sum}
         return {"eval/" + key.split("/", 1)[1]: value for key, value in metrics.items()}
+
+    def _reference_logprobs(
+        self,
+        model: TrainableModel,
+        batch: dict[str, Any],
+        plan: list[list[int]],
+        temperature: float,
+    ) -> torch.Tensor:
+        """Per-token logprobs of the frozen reference over ``batch`` ([B, T], on the CPU)."""
+        reference = model.ensure_reference()
+        return _score(
+            batch,
+            plan,
+            model.device,
+            lambda mb: policy_outputs(
+                reference, mb, temperature=temperature, share_prefix=self.share_prefix
+            )["logprobs"],
+        )
 
     # -- preparation ----------------------------------------------------------------------
 
@@ -474,15 +486,7 @@ class LocalBackend:
             "reference" in spec.optional_roles
             and (getattr(config, "use_kl_loss", False) or model.reference is not None)
         ):
-            reference = model.ensure_reference()
-            batch["ref_logprobs"] = _score(
-                batch,
-                score_plan,
-                device,
-                lambda mb: policy_outputs(
-                    reference, mb, temperature=temperature, share_prefix=self.share_prefix
-                )["logprobs"],
-            )
+            batch["ref_logprobs"] = self._reference_logprobs(model, batch, score_plan, temperature)
         critic = model.ensure_critic() if "critic" in spec.roles else None
         if critic is not None:
             batch["values"] = _score(

@@ -9,6 +9,14 @@ Fixtures:
     sees it. The process-wide registry is reset afterwards.
 ``areno_registry``
     A fresh registry of the installed plugins, also set as the process-wide one.
+``installed_plugins_only``
+    Unsets ``ARENO_PLUGINS`` and resets the process-wide registry before and after the test,
+    so it sees exactly the installed plugins (use it with ``pytest.mark.usefixtures``).
+
+Functions:
+
+``run_areno(*argv)``
+    Run the ``areno`` command in this process and fail the test unless it exits 0.
 """
 
 from __future__ import annotations
@@ -51,6 +59,24 @@ def write_distribution(
         f"[areno]\n{entry_point_name or module_name} = {module_name}\n"
     )
     (info / "top_level.txt").write_text(module_name + "\n")
+
+
+def run_areno(*argv: str) -> None:
+    """Run ``areno *argv`` in-process; a non-zero exit fails the calling test."""
+    from areno_core.cli.main import main
+
+    try:
+        main(list(argv))
+    except SystemExit as exc:
+        assert exc.code in (0, None), f"areno {' '.join(argv)} exited {exc.code}"
+
+
+@pytest.fixture
+def installed_plugins_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("ARENO_PLUGINS", raising=False)
+    set_registry(None)
+    yield
+    set_registry(None)
 
 
 @pytest.fixture

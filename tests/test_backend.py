@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from areno_core.backend import LocalBackend, TrainableModel
-from areno_core.registry import set_registry
 from areno_core.types import PromptItem, Trajectory, TrajectoryGroup
 
 ROWS = [
@@ -15,12 +14,7 @@ ROWS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _installed_plugins(monkeypatch):
-    monkeypatch.delenv("ARENO_PLUGINS", raising=False)
-    set_registry(None)
-    yield
-    set_registry(None)
+pytestmark = pytest.mark.usefixtures("installed_plugins_only")
 
 
 @pytest.fixture

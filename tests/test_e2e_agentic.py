@@ -8,15 +8,8 @@ from pathlib import Path
 import pytest
 
 from areno_core.cli.main import main
-from areno_core.registry import set_registry
 
-
-@pytest.fixture(autouse=True)
-def _installed_plugins(monkeypatch):
-    monkeypatch.delenv("ARENO_PLUGINS", raising=False)
-    set_registry(None)
-    yield
-    set_registry(None)
+pytestmark = pytest.mark.usefixtures("installed_plugins_only")
 
 
 @pytest.mark.parametrize("recipe", ["agentic/tictactoe-cpu", "agentic/duelgrid-cpu"])

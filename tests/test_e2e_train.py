@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from areno_core.cli.main import main
-from areno_core.registry import set_registry
+from areno_core.testing import run_areno
 from areno_core.train.metrics import read_scalars
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,19 +36,10 @@ def load_row(row):
 """
 
 
-@pytest.fixture(autouse=True)
-def _installed_plugins_only(monkeypatch):
-    monkeypatch.delenv("ARENO_PLUGINS", raising=False)
-    set_registry(None)
-    yield
-    set_registry(None)
+pytestmark = pytest.mark.usefixtures("installed_plugins_only")
 
 
-def areno(*argv: str) -> None:
-    try:
-        main(list(argv))
-    except SystemExit as exc:
-        assert exc.code in (0, None), f"areno {' '.join(argv)} exited {exc.code}"
+areno = run_areno
 
 
 def history(run: Path) -> list[dict]:

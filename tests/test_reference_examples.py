@@ -26,6 +26,7 @@ import pytest
 from areno_core.cli.main import main
 from areno_core.pyfile import load_function
 from areno_core.registry import set_registry
+from areno_core.testing import run_areno
 from areno_core.types import RewardRecord
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,10 +111,7 @@ def edit(command: str, *, set_: dict[str, str] | None = None, drop: tuple[str, .
 
 
 def areno(argv: list[str]) -> None:
-    try:
-        main(argv)
-    except SystemExit as exc:
-        assert exc.code in (0, None), f"areno {' '.join(argv)} exited {exc.code}"
+    run_areno(*argv)
 
 
 def run_script(command: str, *, set_: dict[str, str], timeout: float = 60.0):

@@ -12,9 +12,9 @@ from areno_recipes_math.plot import curve, moving_average, plot_runs, read_metri
 from areno_recipes_math.recipes import ARITH, ARITH_EVAL, ARITH_SFT, ARITH_WARMSTART, GSM8K
 from areno_recipes_math.warmstart import KEEP_FILES, PROVENANCE_FILE, export_checkpoint, sha256
 
-from areno_core.cli.main import main
 from areno_core.recipe import resolve_resource
-from areno_core.registry import get_registry, set_registry
+from areno_core.registry import get_registry
+from areno_core.testing import run_areno
 
 GSM8K_TRAIN = (
     Path(__file__).resolve().parents[3].parent / "shared" / "data" / "gsm8k" / "train.jsonl"
@@ -26,19 +26,10 @@ WARMSTART_EVAL_LIMIT = 200
 WARMSTART_CORRECT = 48  # 24.0%; 120/500 on the full held-out set
 
 
-@pytest.fixture(autouse=True)
-def _installed_plugins_only(monkeypatch):
-    monkeypatch.delenv("ARENO_PLUGINS", raising=False)
-    set_registry(None)
-    yield
-    set_registry(None)
+pytestmark = pytest.mark.usefixtures("installed_plugins_only")
 
 
-def areno(*argv: str) -> None:
-    try:
-        main(list(argv))
-    except SystemExit as exc:
-        assert exc.code in (0, None), f"areno {' '.join(argv)} exited {exc.code}"
+areno = run_areno
 
 
 def history(run: Path) -> list[dict]:
