@@ -63,6 +63,8 @@ class Completion:
     logprobs: tuple[float, ...]
     text: str
     finish_reason: FinishReason
+    policy_version: int = 0
+    """The version of the policy weights that sampled it (see ``RolloutEngine.sync_weights``)."""
 
     def __attrs_post_init__(self) -> None:
         if len(self.token_ids) != len(self.logprobs):

@@ -44,7 +44,7 @@ import torch
 from areno_core.agentic.prompt import Prompt, PromptBuilder
 from areno_core.agentic.toolparse import parse_assistant_text
 from areno_core.log import get_logger, warn_once
-from areno_core.rollout.sampling import is_greedy
+from areno_core.rollout.sampling import is_greedy, seeded
 from areno_core.types import Completion, SamplingParams
 
 logger = get_logger(__name__)
@@ -492,9 +492,10 @@ class AgentServer:
         if not members:
             return
         sampling, n = members[0][0].sampling, members[0][0].n
-        kwargs = {} if self.generator is None else {"generator": self.generator}
         try:
-            outputs = self.engine.generate([m[1].ids for m in members], sampling, n=n, **kwargs)
+            outputs = self.engine.generate(
+                [m[1].ids for m in members], seeded(sampling, self.generator), n=n
+            )
         except Exception as exc:
             logger.exception("agent endpoint: engine.generate failed")
             for pending, _ in members:

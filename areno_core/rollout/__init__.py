@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from areno_core.rollout.base import EngineOptions, RolloutEngine, RolloutSession
 from areno_core.rollout.native import NativeEngine, create_native_engine
-from areno_core.rollout.sampling import apply_top_k_top_p, sample_next
+from areno_core.rollout.sampling import apply_top_k_top_p, sample_next, seeded
 
 __all__ = [
     "EngineOptions",
@@ -18,4 +18,5 @@ __all__ = [
     "apply_top_k_top_p",
     "create_native_engine",
     "sample_next",
+    "seeded",
 ]

@@ -82,11 +82,18 @@ class EngineOptions:
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """The interface the training loop and the agentic server use to sample completions."""
+    """What the run, the evaluator and the agentic endpoint call on a rollout engine.
+
+    This is the whole contract: an engine that implements these members works everywhere.
+    """
 
     stats: dict[str, float]
     """Counters for the current session: ``skipped_prompts``, ``generated_tokens``,
     ``generate_time_s`` and engine-specific extras."""
+
+    policy_version: int
+    """The version of the weights the engine samples from: the ``version`` of the last
+    ``sync_weights`` call (0 before any). Every completion carries it."""
 
     def start_session(self) -> None:
         """Prepare for a rollout phase and reset ``stats``."""
@@ -96,11 +103,16 @@ class RolloutEngine(Protocol):
     ) -> list[list[Completion]]:
         """Sample ``n`` completions per prompt; result ``[i]`` belongs to ``prompts[i]``.
 
-        A prompt longer than the engine's ``max_prompt_tokens`` gets an empty list.
+        A prompt longer than the engine's ``max_prompt_tokens`` gets an empty list. The random
+        stream is ``sampling.seed`` (the run always sets one, drawn from its own generator), so
+        the same call with the same seed samples the same tokens. Each completion's
+        ``policy_version`` is the engine's ``policy_version``.
         """
 
-    def sync_weights(self, state_dict_or_model: Mapping[str, Any] | Any) -> None:
-        """Make the engine sample from these weights (a state dict or a module)."""
+    def sync_weights(self, weights: Mapping[str, Any] | Any, *, version: int) -> None:
+        """Sample from ``weights`` from now on: the policy module, or a (possibly partial)
+        state dict of it. ``version`` counts the policy's optimizer steps; the run calls this
+        before the first rollout and after every step that changed the policy."""
 
     def end_session(self, *, drop_state: bool = False) -> None:
         """Finish the rollout phase; with ``drop_state`` free caches and buffers."""

@@ -10,6 +10,7 @@ import torch
 
 from areno_core.models.chat import encode_prompt
 from areno_core.rewards import RewardScorer
+from areno_core.rollout.sampling import seeded
 from areno_core.types import (
     Completion,
     PromptItem,
@@ -82,7 +83,7 @@ def collect_groups(
     """Sample ``n_samples`` completions per item, score them, and group them per prompt."""
     t0 = time.perf_counter()
     prompts = encode_items(items, tokenizer, disable_thinking=disable_thinking)
-    completions = engine.generate(prompts, sampling, n=n_samples, generator=generator)
+    completions = engine.generate(prompts, seeded(sampling, generator), n=n_samples)
     t1 = time.perf_counter()
     records, where = [], []
     for item, samples in zip(items, completions, strict=True):

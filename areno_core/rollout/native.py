@@ -50,6 +50,7 @@ from areno_core.errors import NotAvailableError
 from areno_core.log import get_logger, warn_once
 from areno_core.rollout.base import EngineOptions
 from areno_core.rollout.sampling import (
+    draw_seed,
     is_greedy,
     sample_next,
     stream_state,
@@ -584,6 +585,7 @@ class NativeEngine:
         self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._store: _KVStore | None = None
         self._in_session = False
+        self.policy_version = 0
         self.stats: dict[str, float] = dict.fromkeys(_STAT_KEYS, 0.0)
 
     # -- session -----------------------------------------------------------------------------
@@ -613,21 +615,22 @@ class NativeEngine:
         """Bytes held by the KV cache and masks between generate() calls."""
         return 0 if self._store is None else self._store.nbytes()
 
-    def sync_weights(self, state_dict_or_model: Mapping[str, Any] | nn.Module) -> None:
-        """Load new policy weights. The shared module itself is a no-op; a state dict (possibly
-        partial) or another module's weights are copied into the module in place."""
-        self.stats["weight_syncs"] += 1
-        if state_dict_or_model is self.model:
-            return
-        if isinstance(state_dict_or_model, nn.Module):
-            state = state_dict_or_model.state_dict()
-        elif isinstance(state_dict_or_model, Mapping):
-            state = dict(state_dict_or_model)
+    def sync_weights(self, weights: Mapping[str, Any] | nn.Module, *, version: int) -> None:
+        """Sample from ``weights`` (version ``version``) from now on. The shared module itself
+        costs nothing; a state dict (possibly partial) or another module's weights are copied
+        into the module in place."""
+        if isinstance(weights, nn.Module):
+            state = None if weights is self.model else weights.state_dict()
+        elif isinstance(weights, Mapping):
+            state = dict(weights)
         else:
             raise TypeError(
-                "sync_weights() takes a state dict or a torch module, "
-                f"got {type(state_dict_or_model).__name__}"
+                f"sync_weights() takes a state dict or a torch module, got {type(weights).__name__}"
             )
+        self.stats["weight_syncs"] += 1
+        self.policy_version = int(version)
+        if state is None:
+            return
         with torch.no_grad():
             result = self.model.load_state_dict(state, strict=False)
         if result.unexpected_keys:
@@ -645,12 +648,11 @@ class NativeEngine:
         sampling: SamplingParams,
         *,
         n: int = 1,
-        generator: torch.Generator | None = None,
     ) -> list[list[Completion]]:
         """Sample ``n`` completions for each prompt (token ids). See the module docstring.
 
-        The random stream comes from ``sampling.seed`` when set, else one draw from
-        ``generator`` (or torch's global generator).
+        The random stream comes from ``sampling.seed`` when set, else one draw from torch's
+        global generator.
         """
         validate_sampling(sampling)
         if n < 1:
@@ -674,7 +676,7 @@ class NativeEngine:
         results: list[list[Completion]] = [[] for _ in prompts]
         run: _Generation | None = None
         if kept:
-            seed = _resolve_seed(sampling, generator)
+            seed = sampling.seed if sampling.seed is not None else draw_seed()
             with self._rollout_mode():
                 run = _Generation(self, self._get_store(), prompts, kept, sampling, n, seed)
                 raw = run.run()
@@ -754,6 +756,7 @@ class NativeEngine:
                     logprobs=tuple(out.logprobs),
                     text=text,
                     finish_reason=out.finish_reason,
+                    policy_version=self.policy_version,
                 )
             )
 
@@ -867,13 +870,6 @@ def _flash_unavailable_reason(model: nn.Module) -> str | None:
     if dtype not in (torch.float16, torch.bfloat16):
         return f"the model is in {dtype}, flash-attn needs float16 or bfloat16"
     return None
-
-
-def _resolve_seed(sampling: SamplingParams, generator: torch.Generator | None) -> int:
-    if sampling.seed is not None:
-        return int(sampling.seed)
-    device = generator.device if generator is not None else torch.device("cpu")
-    return int(torch.randint(0, 2**62, (1,), generator=generator, device=device).item())
 
 
 def benchmark_decode(

@@ -17,11 +17,29 @@ so what a sequence samples does not depend on which other sequences share its ba
 
 from __future__ import annotations
 
+import attrs
 import torch
 
 from areno_core.types import SamplingParams
 
 _MASK32 = 0xFFFFFFFF
+
+
+def draw_seed(generator: torch.Generator | None = None) -> int:
+    """One draw of a random-stream seed from ``generator`` (torch's global one when None).
+
+    The run owns the random generators; an engine only sees the seed, in
+    ``SamplingParams.seed``, so every engine samples reproducibly from the same run state.
+    """
+    device = generator.device if generator is not None else torch.device("cpu")
+    return int(torch.randint(0, 2**62, (1,), generator=generator, device=device).item())
+
+
+def seeded(params: SamplingParams, generator: torch.Generator | None) -> SamplingParams:
+    """``params`` with a seed: its own, else one drawn from ``generator``."""
+    if params.seed is not None:
+        return params
+    return attrs.evolve(params, seed=draw_seed(generator))
 
 
 def is_greedy(params: SamplingParams) -> bool:

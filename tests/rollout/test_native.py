@@ -16,6 +16,7 @@ from areno_core.rollout import (
     RolloutEngine,
     RolloutSession,
     create_native_engine,
+    seeded,
 )
 from areno_core.types import Completion, SamplingParams
 
@@ -160,14 +161,16 @@ def test_generate_n_samples_differ_and_repeat_with_same_seed(
     assert _tokens(other) != _tokens(first)
 
 
-def test_generate_torch_generator_reproducible(
+def test_generate_seed_drawn_from_generator_reproducible(
     model: Qwen3ForCausalLM, prompts: list[list[int]]
 ) -> None:
     engine = _engine(model)
     sampling = SamplingParams(max_new_tokens=8)
-    a = engine.generate(prompts, sampling, n=2, generator=torch.Generator().manual_seed(9))
-    b = engine.generate(prompts, sampling, n=2, generator=torch.Generator().manual_seed(9))
+    a = engine.generate(prompts, seeded(sampling, torch.Generator().manual_seed(9)), n=2)
+    b = engine.generate(prompts, seeded(sampling, torch.Generator().manual_seed(9)), n=2)
+    c = engine.generate(prompts, seeded(sampling, torch.Generator().manual_seed(10)), n=2)
     assert _tokens(a) == _tokens(b)
+    assert _tokens(a) != _tokens(c)
 
 
 def test_generate_eos_stops_with_reason_stop_and_length_cap_gives_length(
@@ -280,13 +283,18 @@ def test_sync_weights_state_dict_changes_samples_to_new_policy(
     sampling = SamplingParams(max_new_tokens=8, greedy=True)
     engine = _engine(policy)
     before = engine.generate(prompts, sampling)
-    engine.sync_weights(policy)  # the shared module: nothing to do
-    assert _tokens(engine.generate(prompts, sampling)) == _tokens(before)
-    engine.sync_weights(other.state_dict())
+    assert {c.policy_version for r in before for c in r} == {0}
+    engine.sync_weights(policy, version=1)  # the shared module: nothing to copy
+    again = engine.generate(prompts, sampling)
+    assert _tokens(again) == _tokens(before)
+    assert {c.policy_version for r in again for c in r} == {1}
+    engine.sync_weights(other.state_dict(), version=2)
     expected = _engine(other).generate(prompts, sampling)
-    assert _tokens(engine.generate(prompts, sampling)) == _tokens(expected)
+    after = engine.generate(prompts, sampling)
+    assert _tokens(after) == _tokens(expected)
+    assert {c.policy_version for r in after for c in r} == {2}
     with pytest.raises(ValueError, match="not in the policy"):
-        engine.sync_weights({"no.such.weight": torch.zeros(1)})
+        engine.sync_weights({"no.such.weight": torch.zeros(1)}, version=3)
 
 
 def test_attn_backend_flash_without_gpu_falls_back_with_one_warning(
