@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from areno_core.rewards import RewardScorer
+from areno_core.rollout.base import RolloutSession
 from areno_core.rollout.collect import collect_groups, prompt_item
 from areno_core.types import SamplingParams
 
@@ -50,8 +51,8 @@ def build_evaluator(
 
     def evaluate() -> dict[str, float]:
         started = time.perf_counter()
-        engine.start_session()
-        try:
+        # The evaluation batch may be larger than a training step's: free what it allocated.
+        with RolloutSession(engine, drop_state=True):
             _, stats = collect_groups(
                 items,
                 engine=engine,
@@ -61,8 +62,6 @@ def build_evaluator(
                 scorer=scorer,
                 disable_thinking=disable_thinking,
             )
-        finally:
-            engine.end_session(drop_state=True)
         metrics = {new: stats[old] for old, new in EVAL_METRICS.items() if old in stats}
         metrics["time/eval"] = time.perf_counter() - started
         return metrics

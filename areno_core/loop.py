@@ -1,11 +1,13 @@
 """The training loop, on one screen.
 
+rollout.sync_weights()                 (online RL: the engine samples from the policy)
 for each step:
     rows  = next batch of dataset rows
     data  = rows                       (sft, dpo)
           | rollout(rows) -> groups    (online RL: sample, score, group)
     result = backend.train(model, data, ...)
-    every --eval-interval steps (and after the last): greedy held-out evaluation (eval/*)
+    rollout.sync_weights()             (the new policy version, if the step changed it)
+    every --eval-interval steps (and after the last): held-out evaluation (eval/*)
     log metrics, update the progress bar, save a checkpoint every --save-interval steps
 """
 
@@ -13,14 +15,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
-from areno_core.backend import LocalBackend, TrainableModel
+from areno_core.model import TrainableModel
+from areno_core.train.contract import TrainingBackend
 from areno_core.train.datastream import DataStream
 from areno_core.train.metrics import MetricsLogger
 from areno_core.train.progress import TrainProgress
+
+
+class Rollout(Protocol):
+    """What the loop needs of the rollout side (see :class:`areno_core.rollout.runner`)."""
+
+    def sync_weights(self) -> None:
+        """Hand the engine the current policy if it changed since the last call."""
+
+    def __call__(self, rows: list[Any], step: int) -> tuple[list[Any], dict[str, float]]:
+        """The trajectory groups for ``rows`` and the step's ``rollout/*`` metrics."""
 
 
 @attrs.define
@@ -36,11 +49,11 @@ class LoopResult:
 def train_loop(
     *,
     model: TrainableModel,
-    backend: LocalBackend,
+    backend: TrainingBackend,
     stream: DataStream,
     train_kwargs: dict[str, Any],
     max_steps: int,
-    rollout: Callable[[list[Any], int], tuple[list[Any], dict[str, float]]] | None,
+    rollout: Rollout | None,
     metrics: MetricsLogger,
     progress: TrainProgress,
     save: Callable[[int], str] | None,
@@ -53,6 +66,8 @@ def train_loop(
     checkpoint: str | None = None
     saved_step = -1
     evals: list[dict[str, float]] = []
+    if rollout is not None:
+        rollout.sync_weights()
     if evaluate is not None and model.step == 0:  # the starting point, logged as step 0
         evals.append(evaluate())
         metrics.log(evals[-1], 0)
@@ -66,6 +81,8 @@ def train_loop(
         if rollout is not None:
             data, step_metrics = rollout(rows, model.step)
         result = backend.train(model, data, **train_kwargs)
+        if rollout is not None:
+            rollout.sync_weights()
         step_metrics.update(result.metrics)
         step_metrics["time/step"] = time.perf_counter() - step_start
         last = result.step == max_steps

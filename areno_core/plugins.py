@@ -13,7 +13,6 @@ Environment variables:
 
 from __future__ import annotations
 
-import difflib
 import os
 import traceback
 from importlib import metadata
@@ -23,6 +22,7 @@ import attrs
 import pluggy
 
 from areno_core import hookspecs
+from areno_core.errors import did_you_mean
 from areno_core.log import get_logger
 
 ENTRY_POINT_GROUP = "areno"
@@ -101,9 +101,8 @@ def _unknown_hooks(pm: pluggy.PluginManager, plugin: Any) -> str:
     problems = []
     for caller in pm.get_hookcallers(plugin) or []:
         if caller.spec is None:
-            close = difflib.get_close_matches(caller.name, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            problems.append(f"unknown hook {caller.name!r}{hint}")
+            hint = did_you_mean(caller.name, known, n=1)
+            problems.append(f"unknown hook {caller.name!r}.{hint}".rstrip("."))
     return "; ".join(problems)
 
 

@@ -32,11 +32,14 @@ class RewardError(ArenoError):
 
 def resolve_reward_fn(spec: str, registry: Any) -> RewardFn:
     """``file.py`` / ``file.py:function`` (default ``reward_fn``) or a registered reward name."""
-    if ".py" in spec:
-        from areno_core.pyfile import load_function
+    from areno_core.pyfile import resolve_function
 
-        return load_function(spec, default_name="reward_fn", what="reward function")
-    return registry.get("rewards", spec)
+    return resolve_function(
+        spec,
+        lookup=lambda name: registry.get("rewards", name),
+        default_name="reward_fn",
+        what="reward function",
+    )
 
 
 @attrs.define

@@ -16,7 +16,6 @@ import torch
 from rich.console import Console
 
 from areno_core.algorithm import AlgorithmSpec
-from areno_core.backend import LocalBackend, TrainableModel
 from areno_core.config import RunConfig, dump_yaml
 from areno_core.data import (
     apply_loader,
@@ -27,20 +26,16 @@ from areno_core.data import (
     validate_rows,
 )
 from areno_core.errors import ConfigError, NotAvailableError
-from areno_core.evaluation import build_evaluator
 from areno_core.log import get_logger
 from areno_core.loop import LoopResult, train_loop
+from areno_core.model import TrainableModel
 from areno_core.registry import Registry, get_registry
 from areno_core.resolve import ResolvedRun
-from areno_core.rewards import RewardScorer, resolve_reward_fn
+from areno_core.rewards import resolve_reward_fn
 from areno_core.rollout.base import EngineOptions
-from areno_core.rollout.collect import collect_groups, prompt_item
-from areno_core.train.checkpoint import (
-    find_latest_checkpoint,
-    load_checkpoint,
-    resolve_resume,
-    save_checkpoint,
-)
+from areno_core.rollout.runner import AgentSettings, RolloutRunner
+from areno_core.train.checkpoint import find_latest_checkpoint, resolve_resume
+from areno_core.train.contract import TrainingBackend
 from areno_core.train.datastream import DataStream
 from areno_core.train.metrics import MetricsLogger
 from areno_core.train.optim import check_adam_8bit_available
@@ -55,6 +50,7 @@ console = Console()
 class RunPlan:
     """Everything decided before heavy work starts."""
 
+    resolved: ResolvedRun
     config: RunConfig
     spec: AlgorithmSpec
     rows: list[dict[str, Any]]
@@ -105,22 +101,21 @@ def load_eval_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> l
     return rows
 
 
-# LocalBackend.train options that LocalBackend.evaluate takes too (the rest update weights).
+# Training options that ``backend.evaluate`` takes too (the rest update weights).
 _EVAL_KWARGS = ("mini_bs", "temperature", "max_prompt_tokens", "max_new_tokens", "disable_thinking")
 
 
 def build_loss_evaluator(
-    plan: RunPlan, model: TrainableModel, backend: LocalBackend, kwargs: dict[str, Any]
+    plan: RunPlan, model: TrainableModel, backend: TrainingBackend, kwargs: dict[str, Any]
 ) -> Any:
     """Held-out loss for sft and dpo: the algorithm's statistics on the eval rows, no update."""
     options = {k: v for k, v in kwargs.items() if k in _EVAL_KWARGS}
-    fields = attrs.fields(plan.spec.config_cls)
-    options.update({f.name: kwargs[f.name] for f in fields if f.name in kwargs})
+    options.update(attrs.asdict(plan.resolved.algorithm_config))
     rows = plan.eval_rows or []
 
     def evaluate() -> dict[str, float]:
         started = time.perf_counter()
-        metrics = backend.evaluate(model, rows, algorithm=plan.spec.name, **options)
+        metrics = backend.evaluate(model, rows, algorithm=plan.spec, **options)
         metrics["time/eval"] = time.perf_counter() - started
         return metrics
 
@@ -129,7 +124,7 @@ def build_loss_evaluator(
 
 def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
     cfg = resolved.config
-    spec = registry.algorithm(cfg.algo)
+    spec = resolved.algorithm
     agent_fn = None
     if cfg.agent_fn is not None:
         from areno_core.agentic.collect import resolve_agent_fn
@@ -140,12 +135,11 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
         if cfg.reward_fn_path is None and cfg.reward_ckpt is None:
             raise ConfigError(
                 f"--algo {spec.name} scores completions: give --reward-fn-path (a file or a "
-                "registered reward name)" + (" or --reward-ckpt" if spec.name == "ppo" else "")
+                "registered reward name)"
+                + (" or --reward-ckpt" if spec.accepts("reward_model") else "")
             )
         if cfg.reward_fn_path is not None:
             reward_fn = resolve_reward_fn(cfg.reward_fn_path, registry)
-    if spec.needs_rollout:
-        registry.get("rollout_engines", cfg.rollout_engine)  # unknown names fail here
     if cfg.adam_8bit:
         check_adam_8bit_available()
     rows = load_training_rows(cfg, spec, registry)
@@ -169,14 +163,25 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
         output_dir = Path("runs") / f"{cfg.algo}-{time.strftime('%Y%m%d-%H%M%S')}"
     metrics_dir = Path(cfg.metrics_log_dir) if cfg.metrics_log_dir else output_dir / "tensorboard"
     return RunPlan(
-        cfg, spec, rows, reward_fn, agent_fn, resume_from, output_dir, metrics_dir, eval_rows
+        resolved,
+        cfg,
+        spec,
+        rows,
+        reward_fn,
+        agent_fn,
+        resume_from,
+        output_dir,
+        metrics_dir,
+        eval_rows,
     )
 
 
-def train_kwargs(cfg: RunConfig, spec: AlgorithmSpec) -> dict[str, Any]:
-    """Keyword arguments of :meth:`LocalBackend.train` from the run config."""
+def train_kwargs(resolved: ResolvedRun) -> dict[str, Any]:
+    """Keyword arguments of ``backend.train`` from the resolved run (the algorithm's own
+    options included)."""
+    cfg, spec = resolved.config, resolved.algorithm
     kwargs: dict[str, Any] = {
-        "algorithm": spec.name,
+        "algorithm": spec,
         "learning_rate": cfg.lr,
         "min_lr": cfg.min_lr,
         "lr_decay_steps": cfg.lr_decay_steps,
@@ -196,10 +201,7 @@ def train_kwargs(cfg: RunConfig, spec: AlgorithmSpec) -> dict[str, Any]:
     if "critic" in spec.roles:
         kwargs["critic_lr"] = cfg.critic_lr
         kwargs["critic_warmup_steps"] = cfg.critic_warmup_steps
-    options = cfg.flat()
-    for field in attrs.fields(spec.config_cls):
-        if field.name in options:
-            kwargs[field.name] = options[field.name]
+    kwargs.update(attrs.asdict(resolved.algorithm_config))
     return kwargs
 
 
@@ -218,14 +220,15 @@ def _reward_model_fn(model: TrainableModel, ref: str) -> Any:
     return reward_fn
 
 
-def build_engine(plan: RunPlan, model: TrainableModel, registry: Registry) -> Any:
-    """The rollout engine of the run (``--rollout-engine``) over the policy."""
-    cfg = plan.config
-    factory = registry.get("rollout_engines", cfg.rollout_engine)
+def build_rollout(plan: RunPlan, model: TrainableModel, reward_fn: Any) -> RolloutRunner:
+    """The run's one rollout engine (``--rollout-engine``) over the policy, in a runner that
+    keeps it in step with the policy and serves training rollouts and evaluation alike."""
+    cfg, resolved = plan.config, plan.resolved
+    assert resolved.engine is not None
     # Later agent turns carry the whole conversation, so their prompts are bounded by the
     # context length rather than --max-prompt-tokens.
     context_limit = cfg.max_context_len or _model_context_len(model)
-    engine = factory(
+    engine = resolved.engine.create(
         model.policy,
         model.tokenizer,
         EngineOptions(
@@ -234,146 +237,96 @@ def build_engine(plan: RunPlan, model: TrainableModel, registry: Registry) -> An
             attn_backend=cfg.attn_backend,
             eager_decode=cfg.eager_decode,
         ),
+        resolved.engine_config,
     )
-    return engine
-
-
-def build_rollout(plan: RunPlan, model: TrainableModel, registry: Registry, reward_fn: Any) -> Any:
-    cfg = plan.config
-    engine = build_engine(plan, model, registry)
-    scorer = RewardScorer(reward_fn)
-    sampling = SamplingParams(
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_k=cfg.top_k,
-        top_p=cfg.top_p,
-        greedy=cfg.greedy,
+    agent = None
+    if plan.agent_fn is not None:
+        agent = AgentSettings(
+            plan.agent_fn,
+            train_tool_results=cfg.train_tool_results,
+            max_context_len=cfg.max_context_len,
+            timeout_s=cfg.agent_timeout_s,
+            max_concurrency=cfg.max_running_prompts,
+        )
+    return RolloutRunner(
+        model,
+        engine,
+        sampling=SamplingParams(
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_k=cfg.top_k,
+            top_p=cfg.top_p,
+            greedy=cfg.greedy,
+        ),
+        n_samples=cfg.n_samples,
+        reward_fn=reward_fn,
+        batch_size=cfg.batch_size,
+        disable_thinking=cfg.disable_thinking,
+        drop_state=cfg.drop_rollout_state,
+        drop_uniform_groups=cfg.drop_uniform_groups,
+        agent=agent,
     )
-
-    def rollout(rows: list[dict[str, Any]], step: int) -> tuple[list[Any], dict[str, float]]:
-        items = [prompt_item(step * cfg.batch_size + i, row) for i, row in enumerate(rows)]
-        engine.start_session()
-        try:
-            if plan.agent_fn is not None:
-                from areno_core.agentic.collect import collect_agentic_groups
-
-                groups, metrics = collect_agentic_groups(
-                    items,
-                    agent_fn=plan.agent_fn,
-                    engine=engine,
-                    tokenizer=model.tokenizer,
-                    sampling=sampling,
-                    n_samples=cfg.n_samples,
-                    scorer=scorer,
-                    disable_thinking=cfg.disable_thinking,
-                    train_tool_results=cfg.train_tool_results,
-                    max_context_len=cfg.max_context_len,
-                    timeout_s=cfg.agent_timeout_s,
-                    generator=model.rollout_generator,
-                    max_concurrency=cfg.max_running_prompts,
-                    model=model.policy,
-                )
-            else:
-                groups, metrics = collect_groups(
-                    items,
-                    engine=engine,
-                    tokenizer=model.tokenizer,
-                    sampling=sampling,
-                    n_samples=cfg.n_samples,
-                    scorer=scorer,
-                    disable_thinking=cfg.disable_thinking,
-                    generator=model.rollout_generator,
-                )
-        finally:
-            engine.end_session(drop_state=cfg.drop_rollout_state)
-        uniform = [g for g in groups if len(set(g.rewards)) <= 1]
-        metrics["rollout/uniform_groups"] = float(len(uniform))
-        if cfg.drop_uniform_groups:
-            groups = [g for g in groups if len(set(g.rewards)) > 1]
-        return groups, metrics
-
-    return rollout
 
 
 def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> LoopResult:
     """Run ``areno train`` with already-resolved options."""
     registry = registry or get_registry()
     plan = plan_run(resolved, registry)
-    cfg = plan.config
+    cfg, spec = plan.config, plan.spec
+    if resolved.backend is None:
+        raise NotAvailableError("no installed training backend can run this configuration")
+    backend = resolved.backend.factory(cfg, resolved.backend_config, registry)
     torch.manual_seed(cfg.seed)
     model = TrainableModel.from_ckpt(
         cfg.ckpt,
         ref_ckpt=cfg.ref_ckpt,
-        critic_ckpt=cfg.critic_ckpt if "critic" in plan.spec.roles else None,
+        critic_ckpt=cfg.critic_ckpt if "critic" in spec.roles else None,
         seed=cfg.seed,
+        device=backend.device,
     )
-    backend = LocalBackend(device=str(model.device))
-    kwargs = train_kwargs(cfg, plan.spec)
-    backend.setup(model, plan.spec, **_setup_kwargs(kwargs))
+    kwargs = train_kwargs(resolved)
+    backend.setup(model, spec, **_setup_kwargs(kwargs))
     stream = DataStream(plan.rows, cfg.batch_size, seed=cfg.seed, epochs=cfg.epochs)
-    extra = _extra_models(model)
-    generators = {"data": model.generator, "rollout": model.rollout_generator}
     if plan.resume_from is not None:
-        if "reference" in plan.spec.roles and cfg.ref_ckpt is None:
+        if spec.uses_reference(resolved.algorithm_config) and cfg.ref_ckpt is None:
             model.ensure_reference()  # the frozen initial policy, before weights are replaced
-        state = load_checkpoint(
-            plan.resume_from,
-            model=model.policy,
-            optimizer=model.optimizer,
-            scheduler=model.scheduler,
-            extra_models=extra,
-            generators=generators,
-        )
+        state = backend.load_checkpoint(model, plan.resume_from)
         stream.load_state_dict(state["data"])
-        model.step = int(state["step"])
-        model.optimizer_steps = int(state.get("optimizer_steps", 0))
         logger.info("resumed from %s at step %d", plan.resume_from, model.step)
 
-    plan.output_dir.mkdir(parents=True, exist_ok=True)
-    dump_yaml(cfg, plan.output_dir / "config.yaml")
+    main = backend.is_main_process
+    if main:
+        plan.output_dir.mkdir(parents=True, exist_ok=True)
+        dump_yaml(resolved.to_dict(), plan.output_dir / "config.yaml")
     max_steps = min(stream.total_steps, cfg.max_steps or stream.total_steps)
     # A resumed run drops what the old one logged after its checkpoint; a fresh run starts the
     # metrics directory over (purge from step 1), so re-runs never interleave two histories.
-    metrics = MetricsLogger(plan.metrics_dir, purge_step=model.step + 1)
-    config_dict = cfg.to_dict()
+    metrics = MetricsLogger(plan.metrics_dir if main else None, purge_step=model.step + 1)
+    config_dict = resolved.to_dict()
 
     def save(step: int) -> str:
-        path = save_checkpoint(
-            cfg.save_path,
-            step,
-            model=model.policy,
-            tokenizer=model.tokenizer,
-            optimizer=model.optimizer,
-            scheduler=model.scheduler,
-            trainer_state={"data": stream.state_dict(), "optimizer_steps": model.optimizer_steps},
-            config=config_dict,
-            extra_models=_extra_models(model),
-            generators=generators,
+        trainer_state = {"data": stream.state_dict()}
+        path = backend.save_checkpoint(
+            model, cfg.save_path, trainer_state=trainer_state, config=config_dict
         )
         return str(path)
 
     rollout = evaluate = None
-    if plan.eval_rows is not None and not plan.spec.needs_rollout:
+    if plan.eval_rows is not None and not spec.needs_rollout:
         evaluate = build_loss_evaluator(plan, model, backend, kwargs)
-    if plan.spec.needs_rollout:
+    if spec.needs_rollout:
         reward_fn = plan.reward_fn or _reward_model_fn(model, cfg.reward_ckpt)
-        rollout = build_rollout(plan, model, registry, reward_fn)
+        rollout = build_rollout(plan, model, reward_fn)
         if plan.eval_rows is not None:
-            evaluate = build_evaluator(
-                plan.eval_rows,
-                engine=build_engine(plan, model, registry),
-                tokenizer=model.tokenizer,
-                reward_fn=reward_fn,
-                max_new_tokens=cfg.max_new_tokens,
-                disable_thinking=cfg.disable_thinking,
-            )
-    console.print(
-        f"[bold]areno train[/] --algo {cfg.algo}: {len(plan.rows)} rows, {max_steps} steps, "
-        f"outputs in {plan.output_dir}",
-        highlight=False,
-    )
+            evaluate = rollout.evaluator(plan.eval_rows, max_new_tokens=cfg.max_new_tokens)
+    if main:
+        console.print(
+            f"[bold]areno train[/] --algo {cfg.algo}: {len(plan.rows)} rows, {max_steps} steps, "
+            f"outputs in {plan.output_dir}",
+            highlight=False,
+        )
     try:
-        with TrainProgress(max_steps, enabled=True, console=console) as progress:
+        with TrainProgress(max_steps, enabled=main, console=console) as progress:
             result = train_loop(
                 model=model,
                 backend=backend,
@@ -390,16 +343,17 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
             )
     finally:
         metrics.close()
-    print_summary(
-        console,
-        steps=result.steps,
-        elapsed_s=result.elapsed_s,
-        final_metrics=result.final_metrics,
-        checkpoint_path=result.checkpoint_path,
-        metrics_dir=str(plan.metrics_dir),
-        first_eval=result.first_eval,
-        last_eval=result.last_eval,
-    )
+    if main:
+        print_summary(
+            console,
+            steps=result.steps,
+            elapsed_s=result.elapsed_s,
+            final_metrics=result.final_metrics,
+            checkpoint_path=result.checkpoint_path,
+            metrics_dir=str(plan.metrics_dir),
+            first_eval=result.first_eval,
+            last_eval=result.last_eval,
+        )
     return result
 
 
@@ -421,9 +375,3 @@ def _setup_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
         "critic_lr",
     )
     return {k: kwargs[k] for k in keys if k in kwargs}
-
-
-def _extra_models(model: TrainableModel) -> dict[str, Any]:
-    if model.critic is None:
-        return {}
-    return {"critic": (model.critic, model.critic_optimizer)}

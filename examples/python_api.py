@@ -23,7 +23,7 @@ import torch
 
 from areno_core.backend import LocalBackend, TrainableModel
 from areno_core.rewards import RewardScorer
-from areno_core.rollout.base import EngineOptions
+from areno_core.rollout.base import EngineOptions, RolloutSession
 from areno_core.rollout.collect import collect_groups, prompt_item
 from areno_core.rollout.native import create_native_engine
 from areno_core.types import RewardRecord, SamplingParams
@@ -106,8 +106,10 @@ def main() -> None:
     prompts = [rl_row(r) for r in raw[-16:]]
     for i in range(args.grpo_steps):
         items = [prompt_item(i * 4 + j, row) for j, row in enumerate(prompts[i * 4 : i * 4 + 4])]
-        engine.start_session()
-        try:
+        # The engine samples from the current policy (free for the native engine, which shares
+        # the module; an engine with its own copy of the weights needs it).
+        engine.sync_weights(model.policy, version=model.optimizer_steps)
+        with RolloutSession(engine):
             groups, rollout_metrics = collect_groups(
                 items,
                 engine=engine,
@@ -117,8 +119,6 @@ def main() -> None:
                 scorer=scorer,
                 generator=model.rollout_generator,
             )
-        finally:
-            engine.end_session()
         # 16 trajectories in microbatches of 8, one optimizer step per microbatch: the second
         # step's ratios are taken against the rollout logprobs after the first step moved the
         # policy, so they leave 1 and the clip can bind.

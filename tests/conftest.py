@@ -10,13 +10,13 @@ GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
 # A minimal algorithm plugin for core tests, independent of areno-algos.
 TOY_ALGO_SOURCE = """
 import attrs
-from areno_core import hookimpl
+from areno_core import hookimpl, option
 from areno_core.algorithm import AlgorithmSpec, RowSchema
 
 
 @attrs.define
 class ToyConfig:
-    dpo_beta: float = 0.1
+    toy_beta: float = option(0.1, "A toy coefficient the toy loss ignores.")
 
 
 def _loss(outputs, batch, config):

@@ -11,11 +11,13 @@ from areno_core.config import (
     RunConfig,
     build_config,
     check_consistency,
+    default_of,
     dump_yaml,
     iter_options,
     load_yaml_options,
 )
 from areno_core.errors import ConfigError
+from areno_core.registry import get_registry
 
 SEED_CLI = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "001_5a8bc98a67bad380.txt"
 
@@ -40,11 +42,22 @@ REFERENCE_DEFAULTS = {
 }  # fmt: skip
 
 
+@pytest.mark.usefixtures("installed_plugins_only")
 def test_every_reference_flag_is_an_option_with_its_default():
-    cfg = RunConfig()
+    table = get_registry().options
     for name, default in REFERENCE_DEFAULTS.items():
-        assert name in OPTION_SECTIONS, name
-        assert getattr(cfg, name) == default, name
+        assert name in table, name
+        assert table.default(name) == default, name
+
+
+@pytest.mark.usefixtures("installed_plugins_only")
+def test_reference_algorithm_flags_are_declared_by_areno_algos_not_the_core():
+    table = get_registry().options
+    core = set(OPTION_SECTIONS)
+    for name in ("gspo_clip_eps", "grpo_clip_eps", "dpo_beta", "use_kl_loss", "gamma", "lam"):
+        assert name not in core, name
+        assert {o.distribution for o in table.owners(name)} == {"areno-algos"}, name
+    assert {o.name for o in table.owners("clip_eps")} == {"rloo", "ppo"}
 
 
 def test_reference_flags_list_matches_seed_document():
@@ -54,7 +67,6 @@ def test_reference_flags_list_matches_seed_document():
     flags = {f.replace("-", "_") for f in re.findall(declared, text)}
     assert len(flags) == 61
     assert flags == set(REFERENCE_DEFAULTS) | {"world_size", "tp_size"}  # machine defaults
-    assert flags <= set(OPTION_SECTIONS)
 
 
 def test_every_option_has_help_text():
@@ -77,7 +89,7 @@ def test_build_config_flat_options_land_in_their_sections():
         ({"top_k": 0}, "--top-k must be -1 \\(disabled\\) or a positive integer, got 0"),
         (
             {"attn_backend": "xformers"},
-            "--attn-backend must be one of flash, native; got 'xformers'",
+            "--attn-backend must be one of flash, native, got 'xformers'",
         ),
         ({"lr_decay_style": "step"}, "--lr-decay-style must be one of cosine, linear, constant"),
         ({"epochs": "many"}, "--epochs expects int, got 'many'"),
@@ -124,7 +136,10 @@ def test_yaml_config_unknown_key_is_named(tmp_path):
     with pytest.raises(ConfigError, match="unknown option 'batchsize'. Did you mean batch-size"):
         load_yaml_options(path)
     path.write_text("train:\n  n_samples: 4\n")
-    with pytest.raises(ConfigError, match="unknown key 'n_samples' in section 'train'"):
+    with pytest.raises(ConfigError, match="'n_samples' does not belong in section 'train'; it is"):
+        load_yaml_options(path)
+    path.write_text("train:\n  n_sample: 4\n")
+    with pytest.raises(ConfigError, match="section 'train': unknown option 'n_sample'"):
         load_yaml_options(path)
 
 
@@ -137,14 +152,46 @@ def test_yaml_config_not_a_mapping_is_rejected(tmp_path):
 
 def test_dumped_config_loads_back_identically(tmp_path):
     cfg = build_config({"lr": 5e-5, "algo": "grpo", "save_path": "out"})
-    dump_yaml(cfg, tmp_path / "config.yaml")
+    dump_yaml(cfg.to_dict(), tmp_path / "config.yaml")
     again = build_config(load_yaml_options(tmp_path / "config.yaml"))
     assert attrs.asdict(again.train) == attrs.asdict(cfg.train)
     assert again.flat() == cfg.flat()
 
 
 def test_flat_attribute_access_reads_section_fields():
-    cfg = build_config({"grpo_clip_eps": 0.3})
-    assert cfg.grpo_clip_eps == 0.3 == cfg.train.grpo_clip_eps
+    cfg = build_config({"mini_bs": 3})
+    assert cfg.mini_bs == 3 == cfg.train.mini_bs
     with pytest.raises(AttributeError):
         _ = cfg.not_an_option
+
+
+def test_build_config_without_plugins_refuses_plugin_options():
+    with pytest.raises(ConfigError, match="unknown option 'grpo_clip_eps'"):
+        build_config({"grpo_clip_eps": 0.3})
+
+
+@pytest.mark.usefixtures("installed_plugins_only")
+def test_build_config_with_table_keeps_plugin_options_typed():
+    table = get_registry().options
+    cfg = build_config({"grpo-clip-eps": 1, "use_kl_loss": False, "lr": 1e-5}, table=table)
+    assert cfg.plugin == {"grpo_clip_eps": 1.0, "use_kl_loss": False}
+    assert isinstance(cfg.plugin["grpo_clip_eps"], float)
+    with pytest.raises(ConfigError, match="--use-kl-loss expects bool, got 'no'"):
+        build_config({"use_kl_loss": "no"}, table=table)
+
+
+@pytest.mark.usefixtures("installed_plugins_only")
+def test_yaml_plugin_sections_load_and_misplaced_keys_are_named(tmp_path):
+    table = get_registry().options
+    path = tmp_path / "run.yaml"
+    path.write_text("algorithm:\n  dpo_beta: 0.2\nrollout_engine:\n  prefill_batch_tokens: 64\n")
+    assert load_yaml_options(path, table) == {"dpo_beta": 0.2, "prefill_batch_tokens": 64}
+    path.write_text("algorithm:\n  lr: 0.2\n")
+    with pytest.raises(ConfigError, match="'lr' does not belong in section 'algorithm'"):
+        load_yaml_options(path, table)
+
+
+def test_default_of_reads_the_field_defaults():
+    assert default_of("lr") == RunConfig().lr == 1e-6
+    assert default_of("algo") == "gspo"
+    assert default_of("activation_checkpointing") is True

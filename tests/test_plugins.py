@@ -54,7 +54,7 @@ def register_reward(register):
     registry = install_areno_plugin("typo-pack", "typo_pack", source)
     [failure] = registry.failures
     assert "unknown hook 'register_reward'" in failure.error
-    assert "did you mean 'register_rewards'" in failure.error
+    assert "unknown hook 'register_reward'. Did you mean 'register_rewards'?" in failure.error
     assert registry.names("rewards") == []
 
 
@@ -132,3 +132,40 @@ def test_register_with_wrong_arguments_raises_plugin_error(monkeypatch):
 def test_unknown_name_lookup_suggests_close_names(toy_registry):
     with pytest.raises(ConfigError, match=r"unknown algorithm 'tyo'\. Did you mean 'toy'\?"):
         toy_registry.algorithm("tyo")
+
+
+def test_core_source_names_no_algorithm():
+    """The core learns what an algorithm needs from its spec, never from its name: no string in
+    areno_core's code (docstrings aside) is an algorithm name, and nothing imports areno_algos.
+    The one exception is the default of --algo, which the CLI reference fixes to gspo."""
+    import ast
+    from pathlib import Path
+
+    import areno_core
+
+    names = {"sft", "dpo", "grpo", "gspo", "rloo", "ppo"}
+    found = []
+    root = Path(areno_core.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                modules.append(getattr(node, "module", None) or "")
+                found += [f"{path.name}: import {m}" for m in modules if "areno_algos" in m]
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and node.value.strip().lower() in names
+            ):
+                found.append(f"{path.relative_to(root)}: {node.value!r}")
+    assert found == ["config.py: 'gspo'"]

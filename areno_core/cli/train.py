@@ -8,12 +8,7 @@ import click
 import yaml
 from rich.console import Console
 
-from areno_core.cli.options import (
-    SectionedCommand,
-    SectionedOption,
-    add_run_options,
-    explicit_options,
-)
+from areno_core.cli.options import RunOptionsCommand, SectionedOption, explicit_options
 from areno_core.cli.recipes import dry_run_header, print_recipe_table
 from areno_core.errors import NotAvailableError
 from areno_core.registry import get_registry
@@ -40,8 +35,11 @@ Recipes:
 """
 
 
-@click.command("train", cls=SectionedCommand, help=TRAIN_HELP)
-@add_run_options
+def _option_table() -> Any:
+    return get_registry().options
+
+
+@click.command("train", cls=RunOptionsCommand, help=TRAIN_HELP, table=_option_table)
 @click.option(
     "--config",
     "config_path",
@@ -81,7 +79,7 @@ def train(
     include_internal: bool,
     **_: Any,
 ) -> None:
-    flags = explicit_options(ctx)
+    flags = explicit_options(ctx, get_registry().options)
     if include_internal and not list_recipes:
         raise click.UsageError("--include-internal only applies to --list-recipes")
     if list_recipes:
@@ -93,7 +91,7 @@ def train(
         flags, registry=get_registry(), config_path=config_path, check_capabilities=not dry_run
     )
     if dry_run:
-        text = dry_run_header(resolved) + yaml.safe_dump(resolved.config.to_dict(), sort_keys=False)
+        text = dry_run_header(resolved) + yaml.safe_dump(resolved.to_dict(), sort_keys=False)
         console.print(text, highlight=False, markup=False, soft_wrap=True)
         return
     try:

@@ -48,7 +48,8 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from areno_core.errors import NotAvailableError
 from areno_core.log import get_logger, warn_once
-from areno_core.rollout.base import EngineOptions
+from areno_core.options import option
+from areno_core.rollout.base import EngineOptions, EngineSpec
 from areno_core.rollout.sampling import (
     draw_seed,
     is_greedy,
@@ -58,6 +59,7 @@ from areno_core.rollout.sampling import (
     validate_sampling,
 )
 from areno_core.types import Completion, FinishReason, SamplingParams
+from areno_core.validators import number
 
 logger = get_logger(__name__)
 
@@ -366,7 +368,7 @@ class _Generation:
         self.seed = seed
         self.greedy = is_greedy(sampling)
         self.max_new = sampling.max_new_tokens
-        self.budget = engine.options.prefill_batch_tokens
+        self.budget = engine.config.prefill_batch_tokens
         self.stop_ids = np.array(
             sorted(set(engine.eos_token_ids) | set(sampling.stop_token_ids)), dtype=np.int64
         )
@@ -557,6 +559,18 @@ class _Generation:
         store.refresh_window()
 
 
+@attrs.frozen
+class NativeEngineConfig:
+    """The native engine's own options (``--rollout-engine native``)."""
+
+    prefill_batch_tokens: int = option(
+        16384,
+        "Native engine: most padded prompt tokens per prefill forward pass; larger admissions "
+        "are split into several passes (lower it to bound prefill memory).",
+        validator=number(min=1, integer=True),
+    )
+
+
 class NativeEngine:
     """Rollout engine that samples from the training module itself (see the module docstring).
 
@@ -572,9 +586,11 @@ class NativeEngine:
         model: nn.Module,
         tokenizer_or_eos_ids: Any = None,
         options: EngineOptions | None = None,
+        config: NativeEngineConfig | None = None,
     ) -> None:
         self.model = model
         self.options = options if options is not None else EngineOptions()
+        self.config = config if config is not None else NativeEngineConfig()
         self.tokenizer, self.eos_token_ids = _resolve_eos(model, tokenizer_or_eos_ids)
         text_config = _text_config(model)
         _check_full_attention(text_config)
@@ -784,10 +800,22 @@ class NativeEngine:
 
 
 def create_native_engine(
-    model: nn.Module, tokenizer: Any, options: EngineOptions | None = None
+    model: nn.Module,
+    tokenizer: Any,
+    options: EngineOptions | None = None,
+    config: NativeEngineConfig | None = None,
 ) -> NativeEngine:
-    """Factory registered as the ``native`` rollout engine."""
-    return NativeEngine(model, tokenizer, options)
+    """Factory of the ``native`` rollout engine."""
+    return NativeEngine(model, tokenizer, options, config)
+
+
+NATIVE_ENGINE = EngineSpec(
+    name="native",
+    summary="Samples from the module being trained, with a KV cache and continuous batching "
+    "(CPU or one GPU); weight syncs cost nothing.",
+    factory=create_native_engine,
+    config_cls=NativeEngineConfig,
+)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -911,4 +939,11 @@ def benchmark_decode(
     return result
 
 
-__all__ = ["EngineOptions", "NativeEngine", "benchmark_decode", "create_native_engine"]
+__all__ = [
+    "NATIVE_ENGINE",
+    "EngineOptions",
+    "NativeEngine",
+    "NativeEngineConfig",
+    "benchmark_decode",
+    "create_native_engine",
+]

@@ -25,16 +25,18 @@ import attrs
 import torch
 import torch.nn.functional as F
 
-from areno_algos.common import masked_sum, number
+from areno_algos.common import masked_sum
 from areno_core.algorithm import AlgorithmSpec, RowSchema
+from areno_core.options import option
+from areno_core.validators import number
 
 
 @attrs.frozen
 class DPOConfig:
-    dpo_beta: float = attrs.field(
-        default=0.1,
+    dpo_beta: float = option(
+        0.1,
+        "DPO temperature β on the preference margin.",
         validator=number(min=0.0, min_inclusive=False),
-        metadata={"help": "DPO preference margin temperature."},
     )
 
 
