@@ -48,7 +48,7 @@ def history(run: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def gsm8k_rows(tmp_path_factory) -> Path:
-    src = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+    src = REPO / "data" / "gsm8k" / "train.jsonl"
     path = tmp_path_factory.mktemp("data") / "gsm8k_head.jsonl"
     with src.open() as f:
         path.write_text("".join(next(f) for _ in range(96)))
