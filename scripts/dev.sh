@@ -48,6 +48,9 @@ test_all() {
   "$PY" -m areno_smoke
   # The agentic pack's internal CPU recipes: every agentic path through the local endpoint.
   "$PY" -m areno_smoke --pack agentic --no-coverage
+  # A new user's install: wheels of every published package, `pip install areno-recipes-math`
+  # alone in a fresh virtual environment, then a few steps of math/arith there.
+  PYTHON="$PY" bash scripts/wheel_story.sh
 }
 
 case "${1:-}" in
