@@ -107,7 +107,7 @@ def test_pair_correct_ties_and_rounding_count_zero() -> None:
     margin = torch.tensor([0.0, 1e-5, -1e-5, 1e-3, -0.2], dtype=F64)
     scale = torch.full((5,), 40.0, dtype=F64)  # beta 0.1 x four log-probabilities near -100
     # rounding bound: 16 * 2**-23 * 40 = 7.63e-5
-    assert TIE_RTOL * 40.0 == pytest.approx(7.62939453125e-05)
+    assert TIE_RTOL == 16 * 2.0**-23 and 16 * 2.0**-23 * 40.0 == 7.62939453125e-05
     torch.testing.assert_close(
         pair_correct(margin, scale), torch.tensor([0.0, 0.0, 0.0, 1.0, 0.0], dtype=F64), **TOL
     )
