@@ -20,10 +20,9 @@ from areno_core.backend import LocalBackend, TrainableModel
 from areno_core.config import RunConfig, dump_yaml
 from areno_core.data import (
     apply_loader,
-    is_chat_preference_row,
     load_rows,
     resolve_loader,
-    split_chat_preference,
+    split_preference_rows,
     validate_rows,
 )
 from areno_core.errors import ConfigError, NotAvailableError
@@ -81,8 +80,8 @@ def load_training_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) 
     if not rows:
         raise ConfigError(f"--dataset-path {cfg.dataset_path!r}: no rows left after the loader")
     if spec.kind == "preference":
-        rows = [split_chat_preference(r) if is_chat_preference_row(r) else r for r in rows]
-    validate_rows(rows, spec.row_schema, algo=spec.name)
+        rows = split_preference_rows(rows, algo=spec.name, source=cfg.dataset_path)
+    validate_rows(rows, spec.row_schema, algo=spec.name, source=cfg.dataset_path)
     return rows
 
 
@@ -100,8 +99,8 @@ def load_eval_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> l
             f"--eval-dataset-path {cfg.eval_dataset_path!r}: no rows left after the loader"
         )
     if spec.kind == "preference":
-        rows = [split_chat_preference(r) if is_chat_preference_row(r) else r for r in rows]
-    validate_rows(rows, spec.row_schema, algo=spec.name)
+        rows = split_preference_rows(rows, algo=spec.name, source=cfg.eval_dataset_path)
+    validate_rows(rows, spec.row_schema, algo=spec.name, source=cfg.eval_dataset_path)
     return rows
 
 

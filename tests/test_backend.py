@@ -162,3 +162,17 @@ def test_evaluate_rows_with_prompts_over_the_limit_are_counted_as_skipped(model)
 def test_evaluate_online_algorithm_is_refused(model):
     with pytest.raises(ValueError, match="'grpo' is online RL"):
         LocalBackend().evaluate(model, EVAL_ROWS, algorithm="grpo")
+
+
+def test_train_multi_message_reply_error_names_the_row(model):
+    from areno_core.errors import DatasetError
+
+    user = {"role": "user", "content": "Sure?"}
+    pairs = [
+        {"prompt": "2+2=", "chosen": "4", "rejected": "five"},
+        {"prompt": "3+3=", "chosen": [{"role": "assistant", "content": "6"}, user],
+         "rejected": "no idea"},
+    ]  # fmt: skip
+    with pytest.raises(DatasetError, match=r"^row 1: a trained reply \(an sft response, a dpo"):
+        LocalBackend().train(model, pairs, algorithm="dpo", mini_bs=2)
+    assert model.step == 0

@@ -194,6 +194,25 @@ def test_sft_rows_missing_response_are_named_before_training(tmp_path, gsm8k_row
     assert not (tmp_path / "x").exists()
 
 
+def test_dpo_multi_message_continuation_refused_before_training_with_row_and_file(tmp_path, capsys):
+    user = {"role": "user", "content": "What is 2+2?"}
+    good, bad = {"role": "assistant", "content": "4"}, {"role": "assistant", "content": "5"}
+    follow = {"role": "user", "content": "Sure?"}
+    pairs = [{"chosen": [user, good], "rejected": [user, bad]}] * 3
+    pairs.append({"chosen": [user, good, follow, good], "rejected": [user, bad, follow, bad]})
+    data = tmp_path / "hh.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    run = tmp_path / "never"
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--algo", "dpo", "--ckpt", "random:qwen3-tiny", "--dataset-path",
+              str(data), "--save-path", str(run)])  # fmt: skip
+    err = "".join(capsys.readouterr().err.split())  # the console wraps long paths anywhere
+    assert info.value.code == 2
+    assert f"dpo:datasetrow3of{data}:key'chosen'holds3message(s)" in err
+    assert "SFTresponse" not in err
+    assert not run.exists()
+
+
 def test_ppo_with_reward_model_scores_samples_with_it(tmp_path, gsm8k_rows):
     loader = tmp_path / "loader.py"
     loader.write_text(RL_LOADER)
