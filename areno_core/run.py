@@ -35,6 +35,8 @@ from areno_core.rewards import RewardScorer, resolve_reward_fn
 from areno_core.rollout.base import EngineOptions
 from areno_core.rollout.collect import collect_groups, prompt_item
 from areno_core.train.checkpoint import (
+    check_resume_dataset,
+    check_writable_dir,
     find_latest_checkpoint,
     load_checkpoint,
     resolve_resume,
@@ -147,9 +149,17 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
         registry.get("rollout_engines", cfg.rollout_engine)  # unknown names fail here
     if cfg.adam_8bit:
         check_adam_8bit_available()
+    for flag, folder in (
+        ("--save-path", cfg.save_path),
+        ("--metrics-log-dir", cfg.metrics_log_dir),
+    ):
+        if folder:
+            check_writable_dir(folder, flag)
     rows = load_training_rows(cfg, spec, registry)
     eval_rows = load_eval_rows(cfg, spec, registry) if cfg.eval_dataset_path else None
     resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
+    if resume_from is not None:
+        check_resume_dataset(resume_from, len(rows), f"--dataset-path {cfg.dataset_path!r}")
     if cfg.save_path and not cfg.resume:
         earlier = find_latest_checkpoint(cfg.save_path)
         if earlier is not None:

@@ -213,6 +213,54 @@ def test_dpo_multi_message_continuation_refused_before_training_with_row_and_fil
     assert not run.exists()
 
 
+def test_save_path_under_a_file_is_a_clear_error_before_loading(tmp_path, gsm8k_rows, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a folder")
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--algo", "sft", "--ckpt", "random:qwen3-tiny", "--dataset-path",
+              str(gsm8k_rows), "--dataset-loader-fn", str(SFT_LOADER),
+              "--save-path", str(blocker / "run")])  # fmt: skip
+    err = "".join(capsys.readouterr().err.split())
+    assert info.value.code == 2
+    assert f"--save-path'{blocker}/run'cannotbeusedasafolder:'{blocker}'isafile" in err
+    assert "Traceback" not in err
+    assert blocker.read_text() == "not a folder"
+
+
+def test_resume_on_dataset_of_other_size_is_a_clear_error(tmp_path, gsm8k_rows, capsys):
+    run = tmp_path / "run"
+    base = [
+        "train",
+        "--algo",
+        "sft",
+        "--ckpt",
+        "random:qwen3-tiny",
+        "--dataset-loader-fn",
+        str(SFT_LOADER),
+        "--batch-size",
+        "4",
+        "--mini-bs",
+        "4",
+        "--max-new-tokens",
+        "16",
+        "--no-activation-checkpointing",
+        "--save-interval",
+        "1",
+        "--save-path",
+        str(run),
+    ]
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(gsm8k_rows.read_text().splitlines(keepends=True)[:20]))
+    areno(*base, "--dataset-path", str(small), "--max-steps", "1")  # fmt: skip
+    with pytest.raises(SystemExit) as info:
+        main([*base, "--dataset-path", str(gsm8k_rows), "--max-steps", "2", "--resume", "auto"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert info.value.code == 2
+    assert "that run trained on 20 rows, but --dataset-path" in err
+    assert "gives 96 rows (after the loader)" in err and "Traceback" not in err
+    assert (run / "latest").read_text().strip() == "step_1"
+
+
 def test_ppo_with_reward_model_scores_samples_with_it(tmp_path, gsm8k_rows):
     loader = tmp_path / "loader.py"
     loader.write_text(RL_LOADER)
