@@ -323,7 +323,10 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
     extra = _extra_models(model)
     generators = {"data": model.generator, "rollout": model.rollout_generator}
     if plan.resume_from is not None:
-        if "reference" in plan.spec.roles and cfg.ref_ckpt is None:
+        uses_reference = "reference" in plan.spec.roles or (
+            "reference" in plan.spec.optional_roles and getattr(cfg, "use_kl_loss", False)
+        )
+        if uses_reference and cfg.ref_ckpt is None:
             model.ensure_reference()  # the frozen initial policy, before weights are replaced
         state = load_checkpoint(
             plan.resume_from,

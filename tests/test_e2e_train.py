@@ -129,7 +129,7 @@ def test_online_algorithms_run_and_write_metrics_and_checkpoint(tmp_path, gsm8k_
         assert (run / "step_2" / "critic").is_dir()
 
 
-@pytest.mark.parametrize("algo", ["sft", "grpo"])
+@pytest.mark.parametrize("algo", ["sft", "grpo", "ppo"])
 def test_resume_continues_with_identical_losses(tmp_path, gsm8k_rows, algo):
     common = [
         "train", "--algo", algo, "--ckpt", "random:qwen3-tiny",
@@ -151,6 +151,10 @@ def test_resume_continues_with_identical_losses(tmp_path, gsm8k_rows, algo):
             "--eval-dataset-path", str(gsm8k_rows), "--eval-limit", "6", "--eval-interval", "1",
         ]  # fmt: skip
         total, cut = 4, 2
+    if algo == "ppo":
+        # The critic (saved as a classifier) and the KL reference (the initial policy, not the
+        # resumed one) must both come back; the actor trains from step 2 on.
+        common += ["--critic-warmup-steps", "1", "--kl-loss-coef", "0.5"]
     full, part = tmp_path / "full", tmp_path / "part"
     areno(*common, "--max-steps", str(total), "--save-path", str(full))
     areno(*common, "--max-steps", str(cut), "--save-path", str(part), "--save-interval", "100")
@@ -159,7 +163,13 @@ def test_resume_continues_with_identical_losses(tmp_path, gsm8k_rows, algo):
     b = [h["train/loss"] for h in history(part) if "train/loss" in h]
     assert len(a) == len(b) == total
     torch.testing.assert_close(torch.tensor(b), torch.tensor(a), atol=1e-6, rtol=1e-6)
-    if algo == "grpo":
+    if algo == "ppo":
+        for key in ("train/kl", "train/value_loss", "rollout/explained_variance"):
+            ka = [h[key] for h in history(full) if "train/loss" in h]
+            kb = [h[key] for h in history(part) if "train/loss" in h]
+            torch.testing.assert_close(torch.tensor(kb), torch.tensor(ka), atol=1e-6, rtol=1e-6)
+        assert any(h["train/kl"] != 0.0 for h in history(full) if "train/loss" in h)
+    if algo != "sft":
         ra = [h["rollout/reward_mean"] for h in history(full) if "train/loss" in h]
         rb = [h["rollout/reward_mean"] for h in history(part) if "train/loss" in h]
         assert ra == rb
