@@ -351,8 +351,9 @@ def test_eval_dataset_logs_greedy_eval_at_start_interval_and_end(tmp_path, gsm8k
     start = rows[0]
     assert set(start) == {
         "step", "eval/accuracy", "eval/reward_mean", "eval/response_length_mean",
-        "eval/truncation_rate", "time/eval",
+        "eval/truncation_rate", "eval/skipped_rows", "time/eval",
     }  # fmt: skip
+    assert start["eval/skipped_rows"] == 0.0
     for step in evaluated:
         h = rows[step]
         assert 0.0 <= h["eval/accuracy"] <= 1.0 and 0.0 <= h["eval/reward_mean"] <= 1.0
@@ -403,7 +404,8 @@ def test_sft_eval_dataset_logs_held_out_loss_that_falls(tmp_path, gsm8k_rows, ca
     rows = {h["step"]: h for h in history(run)}
     evaluated = sorted(s for s, h in rows.items() if "eval/loss" in h)
     assert evaluated == [0, 4, 8]
-    assert set(rows[0]) == {"step", "eval/loss", "eval/nll", "time/eval"}
+    assert set(rows[0]) == {"step", "eval/loss", "eval/nll", "eval/skipped_rows", "time/eval"}
+    assert rows[0]["eval/skipped_rows"] == 0.0
     assert rows[8]["eval/loss"] < 0.9 * rows[0]["eval/loss"]  # it learns the rows it sees
     assert rows[8]["eval/loss"] == pytest.approx(rows[8]["eval/nll"])
     summary = " ".join(capsys.readouterr().out.split())
