@@ -8,6 +8,8 @@ the first step, every ``--eval-interval`` steps and after the last, and logs:
     eval/reward_mean            mean reward
     eval/response_length_mean   generated tokens per prompt
     eval/truncation_rate        share of completions cut by --max-new-tokens
+    eval/skipped_rows           prompts not evaluated (longer than --max-prompt-tokens); the
+                                other metrics are over the rest
     time/eval                   seconds spent evaluating
 
 Greedy decoding draws no random numbers, so evaluating does not change what the run samples
@@ -31,6 +33,7 @@ EVAL_METRICS = {
     "rollout/reward_mean": "eval/reward_mean",
     "rollout/response_length_mean": "eval/response_length_mean",
     "rollout/truncation_rate": "eval/truncation_rate",
+    "rollout/skipped_prompts": "eval/skipped_rows",
 }
 
 

@@ -43,7 +43,8 @@ class PluginInfo:
 
     @property
     def label(self) -> str:
-        return f"{self.distribution} {self.version} (plugin {self.name!r})"
+        version = f" {self.version}" if self.version else ""
+        return f"{self.distribution}{version} (plugin {self.name!r})"
 
 
 @attrs.frozen
@@ -124,7 +125,13 @@ def load_entry_point_plugins(pm: ArenoPluginManager) -> None:
     allow = _parse_list(os.environ.get(ENV_ALLOW))
     block = _parse_list(os.environ.get(ENV_BLOCK)) or set()
     seen: set[tuple[str, str]] = set()
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    # By distribution name, so which of two clashing plugins loads later (and is the one that
+    # fails, see Registry) does not depend on the order of folders on disk.
+    found = sorted(
+        metadata.entry_points(group=ENTRY_POINT_GROUP),
+        key=lambda ep: (ep.dist.name if ep.dist is not None else "", ep.name),
+    )
+    for ep in found:
         dist = ep.dist.name if ep.dist is not None else "<unknown>"
         version = ep.dist.version if ep.dist is not None else ""
         if (dist, ep.name) in seen:  # the same distribution visible twice on sys.path

@@ -2,7 +2,8 @@
 backend, by name.
 
 Built from a plugin manager by calling each plugin's hooks with a ``register`` callback. What a
-plugin registers is validated; a name registered twice is an error naming both distributions.
+plugin registers is validated; a name registered twice is recorded as a failure of the later
+plugin, naming both distributions, and the rest of the registry works.
 """
 
 from __future__ import annotations
@@ -103,25 +104,37 @@ class Registry:
 
         try:
             fn(register=register)
-        except PluginError:
-            raise
         except Exception as exc:
+            # Something the plugin registered is invalid (PluginError) or its hook raised:
+            # either way that plugin fails like any broken plugin and every other one works.
             detail = "".join(traceback.format_exception(exc))
             error = f"{KINDS[kind][0]} failed: {type(exc).__name__}: {exc}"
+            if isinstance(exc, PluginError):
+                error, detail = f"{KINDS[kind][0]}: {exc}", ""
             logger.error("plugin %s: %s", info.label, error)
             self.failures.append(
                 PluginFailure(info.name, info.distribution, info.version, error, detail)
             )
             return
         table = self.entries[kind]
+        seen: dict[str, PluginInfo] = {}
         for entry in staged:
-            if entry.name in table:
-                first = table[entry.name].plugin
-                raise PluginError(
+            first = table[entry.name].plugin if entry.name in table else seen.get(entry.name)
+            if first is not None:
+                # A clash is the later plugin's fault: it is recorded as failed like any other
+                # broken plugin and none of this hook's registrations are kept; the rest works.
+                error = (
                     f"{noun} {entry.name!r} is registered twice: by {first.label} and by "
-                    f"{entry.plugin.label}. Uninstall one, or disable one with "
-                    "ARENO_DISABLE_PLUGINS."
+                    f"{entry.plugin.label}; the later plugin's {noun}s are not loaded. Uninstall "
+                    "one, or disable one with ARENO_DISABLE_PLUGINS."
                 )
+                logger.error("plugin %s: %s", info.label, error)
+                self.failures.append(
+                    PluginFailure(info.name, info.distribution, info.version, error)
+                )
+                return
+            seen[entry.name] = entry.plugin
+        for entry in staged:
             table[entry.name] = entry
 
     @staticmethod

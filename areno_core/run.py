@@ -19,10 +19,9 @@ from areno_core.algorithm import AlgorithmSpec
 from areno_core.config import RunConfig, dump_yaml
 from areno_core.data import (
     apply_loader,
-    is_chat_preference_row,
     load_rows,
     resolve_loader,
-    split_chat_preference,
+    split_preference_rows,
     validate_rows,
 )
 from areno_core.errors import ConfigError, NotAvailableError
@@ -34,7 +33,12 @@ from areno_core.resolve import ResolvedRun
 from areno_core.rewards import resolve_reward_fn
 from areno_core.rollout.base import EngineOptions
 from areno_core.rollout.runner import AgentSettings, RolloutRunner
-from areno_core.train.checkpoint import find_latest_checkpoint, resolve_resume
+from areno_core.train.checkpoint import (
+    check_resume_dataset,
+    check_writable_dir,
+    find_latest_checkpoint,
+    resolve_resume,
+)
 from areno_core.train.contract import TrainingBackend
 from areno_core.train.datastream import DataStream
 from areno_core.train.metrics import MetricsLogger
@@ -77,8 +81,8 @@ def load_training_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) 
     if not rows:
         raise ConfigError(f"--dataset-path {cfg.dataset_path!r}: no rows left after the loader")
     if spec.kind == "preference":
-        rows = [split_chat_preference(r) if is_chat_preference_row(r) else r for r in rows]
-    validate_rows(rows, spec.row_schema, algo=spec.name)
+        rows = split_preference_rows(rows, algo=spec.name, source=cfg.dataset_path)
+    validate_rows(rows, spec.row_schema, algo=spec.name, source=cfg.dataset_path)
     return rows
 
 
@@ -96,8 +100,8 @@ def load_eval_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> l
             f"--eval-dataset-path {cfg.eval_dataset_path!r}: no rows left after the loader"
         )
     if spec.kind == "preference":
-        rows = [split_chat_preference(r) if is_chat_preference_row(r) else r for r in rows]
-    validate_rows(rows, spec.row_schema, algo=spec.name)
+        rows = split_preference_rows(rows, algo=spec.name, source=cfg.eval_dataset_path)
+    validate_rows(rows, spec.row_schema, algo=spec.name, source=cfg.eval_dataset_path)
     return rows
 
 
@@ -142,9 +146,17 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
             reward_fn = resolve_reward_fn(cfg.reward_fn_path, registry)
     if cfg.adam_8bit:
         check_adam_8bit_available()
+    for flag, folder in (
+        ("--save-path", cfg.save_path),
+        ("--metrics-log-dir", cfg.metrics_log_dir),
+    ):
+        if folder:
+            check_writable_dir(folder, flag)
     rows = load_training_rows(cfg, spec, registry)
     eval_rows = load_eval_rows(cfg, spec, registry) if cfg.eval_dataset_path else None
     resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
+    if resume_from is not None:
+        check_resume_dataset(resume_from, len(rows), f"--dataset-path {cfg.dataset_path!r}")
     if cfg.save_path and not cfg.resume:
         earlier = find_latest_checkpoint(cfg.save_path)
         if earlier is not None:

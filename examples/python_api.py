@@ -1,6 +1,6 @@
 """The backend-first Python API, end to end on CPU in well under a minute.
 
-    python examples/python_api.py                                  # GSM8K rows from ../shared
+    python examples/python_api.py                                  # the GSM8K rows in data/gsm8k
     python examples/python_api.py path/to/gsm8k/train.jsonl --out /tmp/api-run
 
 Part 1 trains a tiny random Qwen3 with SFT on GSM8K (question -> worked answer), one
@@ -28,7 +28,7 @@ from areno_core.rollout.collect import collect_groups, prompt_item
 from areno_core.rollout.native import create_native_engine
 from areno_core.types import RewardRecord, SamplingParams
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data" / "gsm8k" / "train.jsonl"
 
 
 def read_gsm8k(path: Path, limit: int) -> list[dict[str, str]]:

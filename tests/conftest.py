@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
+GSM8K_DIR = REPO / "data" / "gsm8k"
 
 # A minimal algorithm plugin for core tests, independent of areno-algos.
 TOY_ALGO_SOURCE = """
@@ -47,7 +47,9 @@ def register_rewards(register):
 @pytest.fixture
 def gsm8k_dir() -> Path:
     if not (GSM8K_DIR / "train.jsonl").is_file():
-        pytest.fail(f"GSM8K rows are missing at {GSM8K_DIR}; the shared data folder is required")
+        pytest.fail(
+            f"GSM8K rows are missing at {GSM8K_DIR}; they ship in the repository's data/gsm8k"
+        )
     return GSM8K_DIR
 
 

@@ -141,7 +141,22 @@ def test_evaluate_dpo_reports_preference_statistics(model):
     assert metrics["eval/rewards/margin"] == pytest.approx(0.0, abs=1e-6)
     assert metrics["eval/dpo_loss"] == pytest.approx(0.693147, rel=1e-4)
     assert metrics["eval/loss"] == pytest.approx(0.693147, rel=1e-4)
-    assert 0.0 <= metrics["eval/rewards/accuracy"] <= 1.0
+    assert metrics["eval/rewards/accuracy"] == 0.0  # ties are not correct
+    assert metrics["eval/skipped_rows"] == 0.0
+
+
+def test_evaluate_rows_with_prompts_over_the_limit_are_counted_as_skipped(model):
+    rows = [
+        *EVAL_ROWS,
+        {"prompt": "x" * 64, "response": "y"},
+        {"prompt": "z" * 80, "response": "w"},
+    ]
+    full = LocalBackend().evaluate(model, EVAL_ROWS, algorithm="sft", mini_bs=4)
+    metrics = LocalBackend().evaluate(model, rows, algorithm="sft", mini_bs=4, max_prompt_tokens=40)
+    assert metrics["eval/skipped_rows"] == 2.0
+    assert metrics["eval/loss"] == pytest.approx(full["eval/loss"], rel=1e-6)  # over the rest
+    nothing = LocalBackend().evaluate(model, rows[-2:], algorithm="sft", max_prompt_tokens=40)
+    assert nothing == {"eval/skipped_rows": 2.0}
 
 
 def test_evaluate_online_algorithm_is_refused(model):
@@ -228,3 +243,17 @@ def test_save_and_load_checkpoint_round_trip_model_state(model, tmp_path):
     assert (fresh.step, fresh.optimizer_steps) == (1, 2)
     for key, value in fresh.policy.state_dict().items():
         torch.testing.assert_close(value, weights[key], rtol=0, atol=0)
+
+
+def test_train_multi_message_reply_error_names_the_row(model):
+    from areno_core.errors import DatasetError
+
+    user = {"role": "user", "content": "Sure?"}
+    pairs = [
+        {"prompt": "2+2=", "chosen": "4", "rejected": "five"},
+        {"prompt": "3+3=", "chosen": [{"role": "assistant", "content": "6"}, user],
+         "rejected": "no idea"},
+    ]  # fmt: skip
+    with pytest.raises(DatasetError, match=r"^row 1: a trained reply \(an sft response, a dpo"):
+        LocalBackend().train(model, pairs, algorithm="dpo", mini_bs=2)
+    assert model.step == 0

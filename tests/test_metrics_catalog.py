@@ -37,7 +37,7 @@ def run_and_collect(args: list[str], out: Path) -> set[str]:
 def emitted(tmp_path_factory) -> set[str]:
     set_registry(None)
     root = tmp_path_factory.mktemp("catalog")
-    src = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+    src = REPO / "data" / "gsm8k" / "train.jsonl"
     data = root / "rows.jsonl"
     with src.open() as f:
         data.write_text("".join(next(f) for _ in range(8)))

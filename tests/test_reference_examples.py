@@ -145,9 +145,9 @@ def _from_repo_root(monkeypatch):
 
 @pytest.fixture(scope="module")
 def gsm8k_head(tmp_path_factory) -> Path:
-    src = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+    src = REPO / "data" / "gsm8k" / "train.jsonl"
     if not src.is_file():
-        pytest.fail(f"GSM8K rows are missing at {src}; the shared data folder is required")
+        pytest.fail(f"GSM8K rows are missing at {src}; they ship in the repository's data/gsm8k")
     path = tmp_path_factory.mktemp("gsm8k") / "train.jsonl"
     with src.open() as f:
         path.write_text("".join(next(f) for _ in range(8)))

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from areno_core.errors import DatasetError
+
 
 class DataStream:
     """Yields batches of rows; each epoch is a fresh permutation seeded by ``seed`` and epoch.
@@ -60,7 +62,7 @@ class DataStream:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if state.get("num_rows", len(self.rows)) != len(self.rows):
-            raise ValueError(
+            raise DatasetError(
                 f"the checkpoint was taken on a dataset of {state['num_rows']} rows, but this "
                 f"run's dataset has {len(self.rows)}; resume with the same data"
             )

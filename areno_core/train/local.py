@@ -195,7 +195,9 @@ class LocalBackend:
 
         Returns the algorithm's ``train/*`` statistics under ``eval/`` (``eval/loss``,
         ``eval/nll`` for sft; ``eval/rewards/accuracy``, ``eval/rewards/margin``, ... for dpo),
-        each averaged over all ``rows`` as if they were one optimizer step.
+        each averaged over all ``rows`` as if they were one optimizer step, and
+        ``eval/skipped_rows``: the rows left out because their prompt is longer than
+        ``max_prompt_tokens``.
         """
         spec = self.algorithm(algorithm)
         if spec.kind == "online":
@@ -213,8 +215,9 @@ class LocalBackend:
             max_new_tokens=max_new_tokens,
             disable_thinking=disable_thinking,
         )
+        skipped = {"eval/skipped_rows": float(prepared.skipped)}  # prompts over the limit
         if not prepared.trajectories:
-            return {}
+            return skipped
         device = model.device
         batch = collate(prepared.trajectories, model.pad_id)
         if spec.uses_reference(config, given=model.reference is not None):
@@ -253,7 +256,7 @@ class LocalBackend:
         finally:
             policy.train(was_training)
         metrics = {**totals, **mins, **maxs, "train/loss": loss_sum}
-        return {"eval/" + key.split("/", 1)[1]: value for key, value in metrics.items()}
+        return {"eval/" + key.split("/", 1)[1]: value for key, value in metrics.items()} | skipped
 
     def _reference_logprobs(
         self,

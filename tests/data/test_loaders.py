@@ -175,7 +175,7 @@ def test_apply_loader_file_end_to_end_from_jsonl(gsm8k_dir: Path, loader_file: P
     rows = apply_loader(raw, loader)
     kept = [r for r in raw if len(r["question"]) <= 200]
     assert len(rows) == len(kept)
-    assert 0 < len(rows) < 7473
+    assert 0 < len(rows) < len(raw)
     validate_rows(rows, RL_SCHEMA, algo="gspo")
 
 
