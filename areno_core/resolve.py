@@ -124,6 +124,10 @@ def resolve_run(
         raise ConfigError("--dataset-path is required (or a --recipe that provides one)")
     if check_capabilities:
         check_available(cfg)
+        if engine is not None:
+            why = engine.unavailable(cfg, engine_config)
+            if why is not None:
+                raise NotAvailableError(f"--rollout-engine {engine.name}: {why}")
     return ResolvedRun(
         cfg,
         frozenset(user),
