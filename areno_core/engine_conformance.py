@@ -114,10 +114,11 @@ def teacher_forced_logprobs(
     model: torch.nn.Module, completion: Completion, temperature: float
 ) -> torch.Tensor:
     """``log_softmax(logits / temperature)`` of ``model`` at each completion token, scored in one
-    forward pass over prompt + completion."""
-    ids = torch.tensor([completion.prompt_ids + completion.token_ids])
+    forward pass over prompt + completion (on the model's device; the result is on the CPU)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([completion.prompt_ids + completion.token_ids], device=device)
     with torch.no_grad():
-        logits = model(input_ids=ids).logits[0].float()
+        logits = model(input_ids=ids).logits[0].float().cpu()
     start = len(completion.prompt_ids)
     logprobs = (logits[start - 1 : -1] / temperature).log_softmax(-1)
     return logprobs.gather(-1, torch.tensor(completion.token_ids).unsqueeze(-1)).squeeze(-1)

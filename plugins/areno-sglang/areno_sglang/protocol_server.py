@@ -65,7 +65,11 @@ class ProtocolServer:
     ) -> None:
         self.model = model.eval()
         self.model_path = model_path
-        self.engine = NativeEngine(model, None, EngineOptions(attn_backend="native"))
+        config = getattr(model, "config", None)
+        self.context_len = int(getattr(config, "max_position_embeddings", 0) or 32768)
+        self.engine = NativeEngine(
+            model, None, EngineOptions(attn_backend="native", max_prompt_tokens=self.context_len)
+        )
         self.weight_version = "default"
         self.released = False
         self.ignore_weight_updates = False
@@ -172,6 +176,12 @@ class ProtocolServer:
         logprobs = bool(body.get("return_logprob", False))
         began = time.perf_counter()
         samplings = [_native_sampling(sp) for sp in per_request]
+        for prompt in prompts:
+            if len(prompt) >= self.context_len:
+                raise ProtocolError(
+                    f"the input ({len(prompt)} tokens) is longer than the model's context "
+                    f"length ({self.context_len} tokens)"
+                )
         completions: list[Any] = [None] * len(prompts)
         with self._lock:
             # Greedy requests with equal settings share one batch; a sampled request has its
