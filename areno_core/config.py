@@ -284,6 +284,32 @@ SECTION_TITLES = {
 }
 
 
+# Names people reach for that areno spells otherwise (the Python API's keywords, other tools'
+# flags); an unknown option with one of these names is pointed at the real one.
+OPTION_ALIASES: dict[str, str] = {
+    "learning_rate": "lr",
+    "adam_betas": "adam_beta1",
+    "algorithm": "algo",
+    "model": "ckpt",
+    "model_path": "ckpt",
+    "model_name_or_path": "ckpt",
+    "dataset": "dataset_path",
+    "train_file": "dataset_path",
+    "output_dir": "save_path",
+    "num_epochs": "epochs",
+    "num_train_epochs": "epochs",
+    "num_generations": "n_samples",
+    "num_samples": "n_samples",
+    "per_device_train_batch_size": "mini_bs",
+    "micro_batch_size": "mini_bs",
+    "max_completion_length": "max_new_tokens",
+    "max_prompt_length": "max_prompt_tokens",
+    "max_grad_norm": "grad_clip_norm",
+    "beta": "dpo_beta",
+    "logging_dir": "metrics_log_dir",
+}
+
+
 # Core options that only matter to algorithms with a given role (``AlgorithmSpec.roles`` or
 # ``optional_roles``); set for an algorithm without that role they are refused or named in a
 # warning. The core names roles, never algorithms.
@@ -426,6 +452,25 @@ def load_yaml_options(path: str | Path, table: OptionTable | None = None) -> dic
         else:
             flat[table.check_name(str(key), where=where)] = value
     return flat
+
+
+def flatten_saved_config(
+    data: Mapping[str, Any], table: OptionTable
+) -> tuple[dict[str, Any], list[str]]:
+    """The options of a saved run's config.yaml, flat, and the names no installed code
+    declares (an older version's, or an uninstalled plugin's). Lenient about sections, since
+    an option may have moved between versions."""
+    flat: dict[str, Any] = {}
+    unknown: list[str] = []
+    for key, value in data.items():
+        nested = isinstance(value, Mapping) and (key in SECTIONS or key in PLUGIN_SECTIONS)
+        for name, item in value.items() if nested else [(key, value)]:
+            name = normalize_key(str(name))
+            if name in table:
+                flat[name] = item
+            else:
+                unknown.append(name)
+    return flat, unknown
 
 
 def check_consistency(cfg: RunConfig, explicit: set[str] | None = None) -> None:

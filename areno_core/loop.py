@@ -9,6 +9,7 @@ for each step:
     rollout.sync_weights()             (the new policy version, if the step changed it)
     every --eval-interval steps (and after the last): held-out evaluation (eval/*)
     log metrics, update the progress bar, save a checkpoint every --save-interval steps
+    stop early, between steps, when stop_requested() (Ctrl-C); the last step is saved either way
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class LoopResult:
     checkpoint_path: str | None
     first_eval: dict[str, float] = attrs.Factory(dict)
     last_eval: dict[str, float] = attrs.Factory(dict)
+    interrupted: bool = False
 
 
 def train_loop(
@@ -60,6 +62,7 @@ def train_loop(
     save_interval: int,
     evaluate: Callable[[], dict[str, float]] | None = None,
     eval_interval: int | None = None,
+    stop_requested: Callable[[], bool] = lambda: False,
 ) -> LoopResult:
     started = time.perf_counter()
     final: dict[str, float] = {}
@@ -71,7 +74,11 @@ def train_loop(
     if evaluate is not None and model.step == 0:  # the starting point, logged as step 0
         evals.append(evaluate())
         metrics.log(evals[-1], 0)
+    interrupted = False
     while model.step < max_steps:
+        if stop_requested():  # only ever between steps, so what is saved is a whole step
+            interrupted = True
+            break
         step_start = time.perf_counter()
         rows = stream.next_batch()
         if rows is None:
@@ -103,4 +110,5 @@ def train_loop(
         checkpoint,
         first_eval=evals[0] if evals else {},
         last_eval=evals[-1] if evals else {},
+        interrupted=interrupted,
     )

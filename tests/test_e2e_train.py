@@ -259,15 +259,22 @@ def test_resume_on_dataset_of_other_size_is_a_clear_error(tmp_path, gsm8k_rows, 
         "--save-path",
         str(run),
     ]
-    small = tmp_path / "small.jsonl"
-    small.write_text("".join(gsm8k_rows.read_text().splitlines(keepends=True)[:20]))
-    areno(*base, "--dataset-path", str(small), "--max-steps", "1")  # fmt: skip
+    data = tmp_path / "data.jsonl"
+    lines = gsm8k_rows.read_text().splitlines(keepends=True)
+    data.write_text("".join(lines[:20]))
+    areno(*base, "--dataset-path", str(data), "--max-steps", "1")  # fmt: skip
+    data.write_text("".join(lines))  # the same file, other content
     with pytest.raises(SystemExit) as info:
-        main([*base, "--dataset-path", str(gsm8k_rows), "--max-steps", "2", "--resume", "auto"])
+        main([*base, "--dataset-path", str(data), "--max-steps", "2", "--resume", "auto"])
     err = " ".join(capsys.readouterr().err.split())
     assert info.value.code == 2
     assert "that run trained on 20 rows, but --dataset-path" in err
     assert "gives 96 rows (after the loader)" in err and "Traceback" not in err
+    data.write_text("".join(lines[20:40]))  # as many rows, other ones
+    with pytest.raises(SystemExit) as info:
+        main([*base, "--dataset-path", str(data), "--max-steps", "2", "--resume", "auto"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert "gives 20 rows, as many as that run trained on, but not the same rows" in err
     assert (run / "latest").read_text().strip() == "step_1"
 
 

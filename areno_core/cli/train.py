@@ -100,4 +100,5 @@ def train(
         raise NotAvailableError(
             "the training engine is not available yet in this build of areno"
         ) from exc
-    run_training(resolved)
+    if run_training(resolved).interrupted:
+        raise SystemExit(130)
