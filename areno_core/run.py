@@ -409,7 +409,7 @@ def _tune(plan: RunPlan, backend: TrainingBackend, dtype: torch.dtype, attention
     )
     if backend.is_main_process:
         for line in outcome.lines:
-            console.print(line, highlight=False, markup=False)
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     return outcome
 
 
