@@ -26,6 +26,11 @@ moved back to the left) only when the window reaches the end, so this happens ra
 Per decode step the engine makes one device-to-host copy (the sampled tokens and their
 logprobs, needed to spot EOS); everything else is tensor ops on all rows or numpy bookkeeping.
 
+On a GPU a decode step whose running rows fit a batch-size bucket is replayed from a captured
+CUDA graph of a static-shape step (every cache column, the window applied by a mask computed
+from device scalars; see :mod:`areno_core.rollout.cuda_graphs`); ``eager_decode`` turns that
+off. The static step computes what the eager step computes, up to rounding.
+
 Random numbers are a hash of ``(seed, request, token index)``, so a request samples the same
 tokens whatever else runs in its batch and whatever ``max_running`` is (up to floating-point
 differences between batch shapes).
