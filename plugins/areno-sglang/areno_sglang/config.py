@@ -196,6 +196,12 @@ def sglang_installed() -> bool:
 
 def unavailable_reason(run_config: Any, config: SGLangEngineConfig) -> str | None:
     """Why the engine cannot run here with ``config`` (checked before any model loads)."""
+    if getattr(run_config, "tune_params", False):
+        return (
+            "--tune-params measures rollout memory in this process, but SGLang servers hold "
+            "their own (--sglang-mem-fraction, the server's --max-running-requests); set "
+            "--max-running-prompts, --batch-size and --mini-bs yourself"
+        )
     needs_package = config.mode == "colocated" or config.weight_sync == "tensor"
     if needs_package and not sglang_installed():
         what = (

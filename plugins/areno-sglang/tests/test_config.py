@@ -17,8 +17,8 @@ from areno_sglang.config import (
 from areno_core.errors import ConfigError
 
 
-def _run(world_size: int = 1, tp_size: int = 1) -> types.SimpleNamespace:
-    return types.SimpleNamespace(world_size=world_size, tp_size=tp_size)
+def _run(world_size: int = 1, tp_size: int = 1, tune: bool = False) -> types.SimpleNamespace:
+    return types.SimpleNamespace(world_size=world_size, tp_size=tp_size, tune_params=tune)
 
 
 def test_parse_urls_adds_the_scheme_strips_slashes_and_splits_on_commas():
@@ -127,6 +127,14 @@ def test_each_data_parallel_rank_needs_a_server():
     assert unavailable_reason(_run(world_size=4, tp_size=2), config) is None
 
 
+def test_tune_params_is_refused_naming_the_options_to_set():
+    config = SGLangEngineConfig(sglang_url="h:1")
+    assert unavailable_reason(_run(), config) is None
+    why = unavailable_reason(_run(tune=True), config)
+    assert "--tune-params" in why and "--max-running-prompts" in why
+
+
 def test_is_local_knows_loopback_hosts():
     assert is_local("http://127.0.0.1:1") and is_local("http://localhost:1")
     assert not is_local("http://10.0.0.2:1")
+
