@@ -21,7 +21,9 @@ INSTALL_HINT = "pip install areno-sglang (it brings sglang), or pip install sgla
 
 @attrs.frozen
 class SGLangEngineConfig:
-    """Options of the ``sglang`` rollout engine (areno-sglang)."""
+    """Options of the ``sglang`` rollout engine (areno-sglang). They say where and how the
+    policy is sampled, not what is trained, so a resumed run may change any of them (a server
+    restarted at another address, a longer timeout)."""
 
     sglang_mode: str = option(
         "auto",
@@ -30,6 +32,7 @@ class SGLangEngineConfig:
         "uses the servers of --sglang-url. 'auto': remote when --sglang-url is given, else "
         "colocated.",
         choices=MODES,
+        resume_may_change=True,
     )
     sglang_url: str | None = option(
         None,
@@ -37,6 +40,7 @@ class SGLangEngineConfig:
         "several separated by commas. With --world-size N, data-parallel rank r uses the "
         "servers at positions r, r+N, r+2N, ...",
         metavar="URL[,URL...]",
+        resume_may_change=True,
     )
     sglang_weight_sync: str = option(
         "auto",
@@ -47,6 +51,7 @@ class SGLangEngineConfig:
         "the same GPU (/update_weights_from_tensor, needs the sglang package). 'auto': tensor "
         "when colocated, disk when remote.",
         choices=WEIGHT_SYNCS,
+        resume_may_change=True,
     )
     sglang_weights_dir: str | None = option(
         None,
@@ -54,6 +59,7 @@ class SGLangEngineConfig:
         "servers read them at the same path, so remote servers on other machines need a shared "
         "filesystem. Default: a temporary directory on this machine.",
         metavar="DIR",
+        resume_may_change=True,
     )
     sglang_group_address: str | None = option(
         None,
@@ -61,6 +67,7 @@ class SGLangEngineConfig:
         "servers can reach to join the weight-update group. Default: 127.0.0.1 when every "
         "server is on this machine (required otherwise).",
         metavar="HOST",
+        resume_may_change=True,
     )
     sglang_group_port: int = option(
         0,
@@ -68,42 +75,49 @@ class SGLangEngineConfig:
         "rendezvous on this trainer (0: a free port; otherwise data-parallel rank r uses "
         "this port + r).",
         validator=number(min=0, max=65535, integer=True),
+        resume_may_change=True,
     )
     sglang_group_backend: str = option(
         "nccl",
         "SGLang engine, --sglang-weight-sync distributed: collective backend of the "
         "weight-update group ('nccl' between GPUs; 'gloo' for CPU tensors).",
         choices=GROUP_BACKENDS,
+        resume_may_change=True,
     )
     sglang_timeout_s: float = option(
         600.0,
         "SGLang engine: seconds to wait for one request to a server (a generate batch or a "
         "weight update) before the run fails.",
         validator=number(min=0.0, min_inclusive=False),
+        resume_may_change=True,
     )
     sglang_health_timeout_s: float = option(
         900.0,
         "SGLang engine: seconds to wait for the servers to answer /health before the first "
         "step (colocated: includes starting the server and loading the model).",
         validator=number(min=0.0, min_inclusive=False),
+        resume_may_change=True,
     )
     sglang_release_memory: bool = option(
         True,
         "SGLang engine, colocated: release the server's GPU memory (weights and KV cache) when "
         "a rollout phase ends and resume it when the next begins, so training gets the GPU.",
         negatable=True,
+        resume_may_change=True,
     )
     sglang_mem_fraction: float = option(
         0.5,
         "SGLang engine, colocated: share of the GPU's memory the server may take for weights "
         "and KV cache while it runs (SGLang's --mem-fraction-static).",
         validator=number(min=0.0, max=1.0, min_inclusive=False),
+        resume_may_change=True,
     )
     sglang_server_args: str | None = option(
         None,
         "SGLang engine, colocated: extra arguments for the launched server, as one string "
         "(e.g. '--attention-backend triton --disable-cuda-graph').",
         metavar="ARGS",
+        resume_may_change=True,
     )
 
     def __attrs_post_init__(self) -> None:

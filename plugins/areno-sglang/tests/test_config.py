@@ -138,3 +138,25 @@ def test_is_local_knows_loopback_hosts():
     assert is_local("http://127.0.0.1:1") and is_local("http://localhost:1")
     assert not is_local("http://10.0.0.2:1")
 
+
+def test_a_resumed_run_may_point_at_other_servers_but_not_change_what_it_trains(tmp_path):
+    from areno_core.config import dump_yaml
+    from areno_core.options import OptionTable
+    from areno_core.registry import get_registry
+    from areno_core.resolve import resolve_run, resumed_config
+
+    registry = get_registry()
+    base = {"ckpt": "random:qwen3-tiny", "dataset_path": "rows.jsonl", "algo": "grpo"}
+    engine = {"rollout_engine": "sglang", "sglang_url": "http://a:1"}
+    saved = resolve_run({**base, **engine}, registry=registry)
+    dump_yaml(saved.to_dict(), tmp_path / "config.yaml")
+    table = OptionTable.from_registry(registry)
+
+    moved = {"sglang_url": "http://b:2", "sglang_timeout_s": 30.0}
+    again = resolve_run({**base, **engine, **moved}, registry=registry).config
+    cfg = resumed_config(again, tmp_path, set(moved), table)
+    assert cfg.plugin["sglang_url"] == "http://b:2" and cfg.plugin["sglang_timeout_s"] == 30.0
+
+    again = resolve_run({**base, **engine, "grpo_clip_eps": 0.3}, registry=registry).config
+    with pytest.raises(ConfigError, match="changes --grpo-clip-eps 0.2 -> 0.3"):
+        resumed_config(again, tmp_path, {"grpo_clip_eps"}, table)
