@@ -38,12 +38,16 @@ def option(
     negatable: bool = False,
     metavar: str | None = None,
     default_text: str | None = None,
+    resume_may_change: bool = False,
 ) -> Any:
     """Declare one run option as an attrs field. ``help`` is its only documentation.
 
     ``choices`` restricts a text option (checked, and listed in ``--help``); ``negatable``
     gives a bool option a ``--no-...`` form (use it for options that default to true);
-    ``default_text`` replaces the default in help when the real default is computed.
+    ``default_text`` replaces the default in help when the real default is computed;
+    ``resume_may_change`` lets a resumed run give it another value than the saved run had
+    (for options that change how the run goes, not what it trains: a server address, a
+    timeout).
     """
     validators = list(validator) if isinstance(validator, list) else [validator]
     validators = [v for v in validators if v is not None]
@@ -58,6 +62,7 @@ def option(
             "negatable": negatable,
             "metavar": metavar,
             "default_text": default_text,
+            "resume_may_change": resume_may_change,
         },
     )
 

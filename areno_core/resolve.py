@@ -137,6 +137,10 @@ def resolve_run(
         raise ConfigError("--dataset-path is required (or a --recipe that provides one)")
     if check_capabilities:
         check_available(cfg)
+        if engine is not None:
+            why = engine.unavailable(cfg, engine_config)
+            if why is not None:
+                raise NotAvailableError(f"--rollout-engine {engine.name}: {why}")
     from areno_core.tune.checks import check_tunable
 
     check_tunable(cfg, spec)
@@ -156,7 +160,8 @@ def resolve_run(
 
 
 # What a resumed run may change: how it runs and for how long, never what it trains. Any other
-# option given with --resume must equal the saved run's value.
+# option given with --resume must equal the saved run's value (a plugin's option too, unless it
+# is declared with ``option(..., resume_may_change=True)``).
 RESUME_MAY_CHANGE = frozenset(
     {
         "resume", "save_path", "save_interval", "max_steps", "epochs", "metrics_log_dir",
@@ -172,7 +177,8 @@ def resumed_config(
     cfg: RunConfig, checkpoint: Path, chosen: set[str], table: OptionTable
 ) -> RunConfig:
     """The options of a resumed run: the saved run's, with the options the user set again
-    applied only where they may change (:data:`RESUME_MAY_CHANGE`). A different value for
+    applied only where they may change (:data:`RESUME_MAY_CHANGE`, and plugin options declared
+    with ``resume_may_change``). A different value for
     anything else (the algorithm, model, data, learning rate, ...) is refused, listing every
     difference, so the recorded config.yaml never lies about what was trained."""
     saved, unknown = flatten_saved_config(read_checkpoint_config(checkpoint), table)
@@ -190,7 +196,7 @@ def resumed_config(
         now = table.coerce(name, given[name])
         if table.coerce(name, before) == now:
             continue
-        if name in RESUME_MAY_CHANGE:
+        if name in RESUME_MAY_CHANGE or table.field(name).metadata.get("resume_may_change"):
             changed[name] = now
         else:
             refused.append(f"{flag(name)} {before!r} -> {now!r}")

@@ -9,7 +9,12 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
-PLUGINS=(plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic)
+PLUGINS=(plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic
+  plugins/areno-sglang)
+# Installed without their dependencies: areno-sglang depends on sglang (a CUDA build of torch and
+# several GB) for its colocated mode; its tests run on CPU without it, and areno-core already
+# brings everything else it needs (see plugins/areno-sglang/README.md).
+NO_DEPS=(plugins/areno-sglang)
 # The internal smoke pack is installed for maintainers and CI only; it is never published.
 INTERNAL=(internal/areno-smoke)
 
@@ -20,9 +25,12 @@ setup() {
   if ! "$PY" -c "import torch" 2>/dev/null; then
     "$PY" -m pip install -q "torch==2.13.0"
   fi
-  local args=(-e ".[$extras]")
-  for p in "${PLUGINS[@]}" "${INTERNAL[@]}"; do args+=(-e "$p"); done
+  local args=(-e ".[$extras]") bare=()
+  for p in "${PLUGINS[@]}" "${INTERNAL[@]}"; do
+    if [[ " ${NO_DEPS[*]} " == *" $p "* ]]; then bare+=(-e "$p"); else args+=(-e "$p"); fi
+  done
   "$PY" -m pip install -q "${args[@]}"
+  "$PY" -m pip install -q --no-deps "${bare[@]}"
 }
 
 demo() {

@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 REPO=$PWD
 PY=${PYTHON:-python3}
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
-PACKAGES=(. plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic)
+PACKAGES=(. plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic
+  plugins/areno-sglang)
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -52,6 +53,26 @@ dists = {p["distribution"] for p in report["plugins"]}
 assert {"areno-core", "areno-algos", "areno-recipes-math"} <= dists, dists
 assert not report["failures"], report["failures"]
 EOF
+# The SGLang engine's wheel, installed the way a remote-mode user without sglang does (its
+# sglang dependency would pull a CUDA torch): areno lists the engine and its options, and a
+# colocated run, which needs sglang, stops before loading anything with the install command.
+"$vpy" -m pip install -q --no-deps --find-links "$work/dist" areno-sglang
+"${areno[@]}" plugins --json >plugins.json
+"$vpy" - <<'EOF'
+import json
+
+report = json.load(open("plugins.json"))
+[sglang] = [p for p in report["plugins"] if p["distribution"] == "areno-sglang"]
+assert sglang["registered"] == {"rollout_engines": ["sglang"]}, sglang
+assert "sglang_url" in sglang["options"]["rollout engine sglang"], sglang
+EOF
+if "${areno[@]}" train --algo grpo --recipe math/arith --rollout-engine sglang \
+  --save-path sglang-run >sglang.out 2>&1; then
+  echo "wheel story: a colocated sglang run without sglang installed did not fail" >&2
+  exit 1
+fi
+grep -q "pip install areno-sglang" sglang.out
+test ! -e sglang-run
 # The issue's story: the GPU recipe resolves (a dry run; the model is a tiny random one here).
 "${areno[@]}" train --algo gspo --recipe math/gsm8k --ckpt random:qwen3-tiny \
   --dataset-path "$REPO/data/gsm8k/train.jsonl" --dry-run >/dev/null

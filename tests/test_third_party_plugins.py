@@ -302,3 +302,43 @@ def test_plugin_option_without_help_is_refused_at_registration(install_areno_plu
     assert "nohelp" not in registry.names("algorithms")
     [failure] = [f for f in registry.failures if f.distribution == "no-help"]
     assert "option 'shared_knob' has no help text" in failure.error
+
+
+PICKY_ENGINE = """
+from areno_core import hookimpl
+from areno_core.rollout.base import EngineSpec
+from areno_core.rollout.native import NativeEngine
+
+
+def _check(run_config, config):
+    return "it needs a widget this machine lacks"
+
+
+@hookimpl
+def register_rollout_engines(register):
+    register(EngineSpec(name="picky", summary="s", factory=NativeEngine, check=_check))
+"""
+
+
+def test_engine_check_stops_the_run_before_loading_but_not_a_dry_run(
+    install_areno_plugin, monkeypatch, tmp_path, capsys
+):
+    from areno_core.cli.main import main
+
+    monkeypatch.setenv("ARENO_PLUGINS", "algos,picky_engine")
+    install_areno_plugin("picky-engine", "picky_engine", PICKY_ENGINE)
+    data = tmp_path / "rl.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in RL_ROWS))
+    (tmp_path / "reward.py").write_text(REWARD)
+    args = [
+        "train", "--algo", "grpo", "--rollout-engine", "picky", "--dataset-path", str(data),
+        "--ckpt", str(tmp_path / "no-such-model"), "--reward-fn-path", str(tmp_path / "reward.py"),
+        "--save-path", str(tmp_path / "run"),
+    ]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--rollout-engine picky: it needs a widget this machine lacks" in err
+    assert not (tmp_path / "run").exists()
+    run_areno(*args, "--dry-run")  # a dry run resolves options only

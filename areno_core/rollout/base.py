@@ -110,22 +110,33 @@ class EngineSpec:
     the module being trained (an engine may sample from it directly or keep its own copy, kept
     current by ``sync_weights``), ``options`` the core's :class:`EngineOptions`, ``config`` an
     instance of ``config_cls``, the engine's own options, which become ``areno train`` flags.
+
+    ``check(run_config, config)``, when given, says why the engine cannot run on this machine
+    with these options (a missing package, no GPU), or returns None. ``areno train`` calls it
+    before any model is loaded (not for ``--dry-run``).
     """
 
     name: str
     summary: str
     factory: EngineFactory
     config_cls: type = NoOptions
+    check: Callable[[Any, Any], str | None] | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.name or self.name != self.name.strip() or "/" in self.name:
             raise ValueError(f"rollout engine name {self.name!r} must be a non-empty word")
         if not callable(self.factory):
             raise TypeError(f"rollout engine {self.name!r}: factory must be callable")
+        if self.check is not None and not callable(self.check):
+            raise TypeError(f"rollout engine {self.name!r}: check must be callable or None")
 
     def make_config(self, options: Any) -> Any:
         """Its config from a mapping or object of run options (declared fields only)."""
         return make_options(self.config_cls, options)
+
+    def unavailable(self, run_config: Any, config: Any) -> str | None:
+        """Why this engine cannot run ``run_config`` with its ``config`` here, or None."""
+        return None if self.check is None else self.check(run_config, config)
 
     def create(
         self, policy: Any, tokenizer: Any, options: EngineOptions, config: Any = None

@@ -1,0 +1,77 @@
+"""Fixtures for the areno-sglang tests: protocol servers (the CPU stand-in for SGLang) over tiny
+random models, and engines connected to them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from areno_sglang.config import SGLangEngineConfig
+from areno_sglang.engine import SGLangEngine
+from areno_sglang.protocol_server import ProtocolServer
+
+from areno_core.engine_conformance import EOS, conformance_model
+from areno_core.rollout.base import EngineOptions
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    # Tiny matmuls are far faster on one thread than with threads fighting over two cores.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def protocol_server() -> Iterator[Callable[..., ProtocolServer]]:
+    """``protocol_server(model=None)``: a started server; by default over a conformance model
+    with other weights than the policy's (seed 5), so only pushed weights make it agree."""
+    started: list[ProtocolServer] = []
+
+    def start(model: torch.nn.Module | None = None) -> ProtocolServer:
+        server = ProtocolServer(model if model is not None else conformance_model(5)).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def sglang_engine(
+    tmp_path: Path,
+) -> Iterator[Callable[..., SGLangEngine]]:
+    """``sglang_engine(policy, servers, **config)``: a remote-mode engine over ``servers``
+    (protocol servers), ending completions at the conformance EOS (or ``eos``: ids or a
+    tokenizer); closed after the test."""
+    made: list[SGLangEngine] = []
+
+    def make(
+        policy: torch.nn.Module,
+        servers: list[ProtocolServer],
+        *,
+        options: EngineOptions | None = None,
+        eos: Any = (EOS,),
+        **config: Any,
+    ) -> SGLangEngine:
+        config.setdefault("sglang_weights_dir", str(tmp_path / "weights"))
+        cfg = SGLangEngineConfig(sglang_url=",".join(s.url for s in servers), **config)
+        engine = SGLangEngine(
+            policy,
+            list(eos) if isinstance(eos, tuple | list) else eos,
+            options or EngineOptions(attn_backend="native"),
+            cfg,
+            dp_rank=0,
+            dp_size=1,
+        )
+        made.append(engine)
+        return engine
+
+    yield make
+    for engine in made:
+        engine.close()
