@@ -37,6 +37,7 @@ from areno_core.train.batching import (
 from areno_core.train.contract import BackendSpec
 from areno_core.train.featurize import preference_trajectories, sft_trajectories
 from areno_core.train.forward import policy_outputs, value_outputs
+from areno_core.train.offpolicy import stale_rows, with_proximal
 from areno_core.train.optim import build_optimizer, build_scheduler, clip_grad_norm
 from areno_core.types import TrainResult, Trajectory, TrajectoryGroup
 
@@ -433,6 +434,7 @@ class LocalBackend:
         # or when the user supplied one.
         if spec.uses_reference(config, given=model.reference is not None):
             batch["ref_logprobs"] = self._reference_logprobs(model, batch, score_plan, temperature)
+        batch, offpolicy = self._attach_proximal(model, prepared, batch, score_plan, temperature)
         critic = model.ensure_critic() if "critic" in spec.roles else None
         if critic is not None:
             batch["values"] = _score(
@@ -524,7 +526,45 @@ class LocalBackend:
         if spec.kind == "online":
             metrics.update(_advantage_stats(batch))
         metrics.update({k: float(v) for k, v in rollout_stats.items()})
+        metrics.update(offpolicy)
         return metrics
+
+    def _attach_proximal(
+        self,
+        model: TrainableModel,
+        prepared: _Prepared,
+        batch: dict[str, Any],
+        plan: list[list[int]],
+        temperature: float,
+    ) -> tuple[dict[str, Any], dict[str, float]]:
+        """For a decoupled algorithm and a batch with samples of an older policy: score the
+        policy as it is now (the proximal policy) into ``old_logprobs`` and keep the sampler's
+        as ``behaviour_logprobs`` (:mod:`areno_core.train.offpolicy`). Returns the batch and,
+        when it did, ``train/stale_rows`` and ``time/proximal``."""
+        spec = prepared.spec
+        stale = stale_rows(prepared.trajectories, model.optimizer_steps) if spec.decoupled else 0
+        if not stale:
+            return batch, {}
+        started = time.perf_counter()
+        policy = model.policy
+        was_training = policy.training
+        policy.eval()
+        try:
+            proximal = _score(
+                batch,
+                plan,
+                model.device,
+                lambda mb: policy_outputs(
+                    policy, mb, temperature=temperature, share_prefix=self.share_prefix
+                )["logprobs"],
+            )
+        finally:
+            policy.train(was_training)
+        metrics = {
+            "train/stale_rows": float(stale),
+            "time/proximal": time.perf_counter() - started,
+        }
+        return with_proximal(batch, proximal), metrics
 
 
 def _extra_models(model: TrainableModel) -> dict[str, Any]:
