@@ -12,7 +12,12 @@ from areno_core.backend import LocalBackend, TrainableModel
 from areno_core.registry import get_registry
 from areno_core.train.batching import collate
 from areno_core.train.forward import policy_outputs
-from areno_core.train.offpolicy import stale_rows, with_proximal
+from areno_core.train.offpolicy import (
+    interpolate_proximal,
+    stale_rows,
+    with_behaviour,
+    with_proximal,
+)
 from areno_core.types import PromptItem, Trajectory, TrajectoryGroup
 
 pytestmark = pytest.mark.usefixtures("installed_plugins_only")
@@ -117,3 +122,56 @@ def test_algorithm_without_decoupled_objective_keeps_rollout_logprobs(model) -> 
     metrics = _train(model, stale_groups(model, version=1), plain)
     assert "train/stale_rows" not in metrics
     assert metrics["train/ratio_mean"] == pytest.approx(math.exp(SHIFT), rel=1e-5)
+
+
+def test_interpolate_proximal_places_logprobs_between_behaviour_and_current_by_version():
+    # Rows sampled by versions 0, 4 and 2; the step started at version 4, now at 6.
+    behaviour = torch.tensor([[0.0, -1.0], [0.0, -1.0], [0.0, -1.0]], dtype=torch.float64)
+    microbatch = {
+        "loss_mask": torch.tensor([[0.0, 1.0]] * 3, dtype=torch.float64),
+        "behaviour_logprobs": behaviour,
+        "behaviour_version": torch.tensor([0, 4, 2]),
+        "old_logprobs": behaviour,
+    }
+    current = torch.full((3, 2), -0.4, dtype=torch.float64, requires_grad=True)
+    out = interpolate_proximal(microbatch, current, proximal_version=4, current_version=6)
+    # alpha = (4 - v) / (6 - v): 4/6 for version 0, 0 for the proximal version 4, 2/4 for 2
+    expected = torch.tensor(
+        [[0.0, -1.0 + 4 / 6 * 0.6], [0.0, -1.0], [0.0, -1.0 + 0.5 * 0.6]], dtype=torch.float64
+    )
+    torch.testing.assert_close(out["old_logprobs"], expected, atol=1e-12, rtol=0)
+    assert not out["old_logprobs"].requires_grad
+    # In the step's first optimizer step the current policy is the proximal one: alpha = 1.
+    first = interpolate_proximal(microbatch, current, proximal_version=4, current_version=4)
+    torch.testing.assert_close(
+        first["old_logprobs"][[0, 2], 1], torch.tensor([-0.4, -0.4], dtype=torch.float64)
+    )
+
+
+def test_with_behaviour_marks_the_batch_with_sampler_versions(model) -> None:
+    groups = stale_groups(model, version=1)
+    trajectories = [t for g in groups for t in g.trajectories]
+    trajectories[0].policy_version = 3
+    batch = collate(trajectories, model.pad_id)
+    out = with_behaviour(batch, trajectories)
+    assert out["behaviour_version"].tolist() == [3, 1, 1, 1]
+    assert out["behaviour_logprobs"] is batch["rollout_logprobs"]
+    assert out["old_logprobs"] is batch["old_logprobs"]
+
+
+def test_interpolate_mode_needs_no_extra_pass_and_is_exact_in_the_first_step(model) -> None:
+    backend = LocalBackend(share_prefix=False)
+    metrics = backend.train(
+        model, stale_groups(model, version=1), algorithm="grpo", learning_rate=1e-3,
+        mini_bs=4, activation_checkpointing=False, proximal_logprobs="interpolate",
+    ).metrics  # fmt: skip
+    assert metrics["train/stale_rows"] == 4.0
+    assert "time/proximal" not in metrics
+    # One optimizer step: old_logprobs are the current policy's own (alpha = 1).
+    assert metrics["train/ratio_mean"] == 1.0
+    assert metrics["train/behaviour_weight_mean"] == pytest.approx(math.exp(SHIFT), rel=1e-5)
+
+
+def test_unknown_proximal_mode_is_refused_naming_the_choices(model) -> None:
+    with pytest.raises(ValueError, match="recompute, interpolate, got 'guess'"):
+        LocalBackend().train(model, [], algorithm="grpo", proximal_logprobs="guess")
