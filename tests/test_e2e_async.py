@@ -39,7 +39,7 @@ ASYNC_ONLY = {
 
 
 def _timing(key: str) -> bool:
-    return key.startswith("time/") or key.endswith("_per_s")
+    return key.startswith(("time/", "memory/")) or key.endswith("_per_s")
 
 
 def history(metrics_dir: Path) -> list[dict]:

@@ -1,11 +1,11 @@
 """Synchronous training is what it was before asynchronous rollout existed, bit for bit.
 
-``tests/fixtures/sync_metrics.json`` holds the metrics (``time/*`` and rates left out: they
-measure the machine) of short synchronous runs taken on the commit before ``--async-rollout``
-landed (85e375a), with one torch thread. A run repeats bit for bit only on the same torch
-build, CPU instruction set and thread count, so the exact comparison runs where the recorded
-CPU capability matches and the test says why it skipped elsewhere. Recapture (only when a
-change is meant to alter synchronous training) with::
+``tests/fixtures/sync_metrics.json`` holds the metrics (``time/*``, ``memory/*`` and rates
+left out: they measure the machine) of short synchronous runs taken on the commit before
+``--async-rollout`` landed (85e375a), with one torch thread. A run repeats bit for bit only
+on the same torch build, CPU instruction set and thread count, so the exact comparison runs
+where the recorded CPU capability matches and the test says why it skipped elsewhere.
+Recapture (only when a change is meant to alter synchronous training) with::
 
     python tests/test_sync_unchanged.py --capture
 """
@@ -85,8 +85,8 @@ def record(name: str, root: Path) -> list[dict[str, float]]:
 
 
 def _timing(key: str) -> bool:
-    """Metrics that measure the machine, not the training (durations and rates)."""
-    return key.startswith("time/") or key.endswith("_per_s")
+    """Metrics that measure the machine, not the training (durations, rates, peak memory)."""
+    return key.startswith(("time/", "memory/")) or key.endswith("_per_s")
 
 
 def environment() -> dict[str, str]:

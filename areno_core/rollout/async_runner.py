@@ -384,6 +384,7 @@ def build_async_rollout(
     plan: RunPlan, model: TrainableModel, stream: DataStream, max_steps: int
 ) -> AsyncRolloutRunner:
     """The run's asynchronous rollout: a worker with the run's engine, reward and agent."""
+    from areno_core.accel.attention import FLASH, uses_flash
     from areno_core.run import agent_options, engine_options, sampling_params
 
     cfg, resolved = plan.config, plan.resolved
@@ -409,6 +410,9 @@ def build_async_rollout(
         drop_uniform_groups=cfg.drop_uniform_groups,
         threads=worker_threads if on_cpu else None,
         log_level=logging.getLogger("areno").getEffectiveLevel(),
+        dtype=str(model.dtype).removeprefix("torch."),
+        # As the trainer loaded its policy: flash-attn when it runs it, the default otherwise.
+        attn_implementation=FLASH if uses_flash(model.policy) else None,
     )
     return AsyncRolloutRunner(
         model,

@@ -122,6 +122,10 @@ class WorkerSpec:
     drop_uniform_groups: bool = False
     threads: int | None = None
     log_level: int = logging.WARNING
+    dtype: str = "auto"
+    """The trainer's policy dtype by name (``"float32"``, ``"bfloat16"``...), so the worker
+    samples with the weights the trainer publishes, in their own type."""
+    attn_implementation: str | None = None
 
 
 def build_runner(spec: WorkerSpec) -> Any:
@@ -139,7 +143,12 @@ def build_runner(spec: WorkerSpec) -> Any:
     # valid) kernels for frozen weights, and the worker must compute what the trainer's
     # engine would, to the last bit (no gradients are taken here: the engine samples in
     # inference mode).
-    policy, tokenizer = load_model_and_tokenizer(spec.ckpt, device=spec.device)
+    policy, tokenizer = load_model_and_tokenizer(
+        spec.ckpt,
+        device=spec.device,
+        dtype=spec.dtype,
+        attn_implementation=spec.attn_implementation,
+    )
     model = TrainableModel(policy, tokenizer, ckpt=spec.ckpt)
     engine_spec = registry.engine(spec.engine)
     engine = engine_spec.create(
