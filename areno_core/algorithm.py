@@ -23,6 +23,14 @@ target.
     per row), ``group_index`` [B] (rows sampled from the same prompt share it), ``loss_mask``,
     and, when the algorithm needs them, ``values`` / ``ref_logprobs`` / ``old_logprobs``.
     Returns the batch with ``advantages`` [B, T] (and ``returns`` [B, T] for critics) added.
+
+Stale samples
+    ``old_logprobs`` are the log-probabilities the ratio and the clip are taken against. For
+    samples drawn by the policy at the start of the train step they are the sampler's own
+    (``rollout_logprobs``). When some samples come from an older policy (asynchronous rollout)
+    and the algorithm declares ``decoupled``, the backend recomputes ``old_logprobs`` with the
+    policy at the start of the step (the proximal policy) and adds ``behaviour_logprobs``, the
+    sampler's; the key's presence is the signal (docs/async.md).
 """
 
 from __future__ import annotations
@@ -80,6 +88,13 @@ class AlgorithmSpec:
         must be 2 or more.
     ``needs_entropy`` / ``needs_values``
         Ask the backend for per-token entropies / the critic's values.
+    ``decoupled``
+        The loss handles stale samples with the decoupled objective (docs/async.md): when some
+        samples of a batch were drawn by a policy older than the one at the start of the train
+        step, the backend scores that proximal policy into ``old_logprobs`` and adds
+        ``behaviour_logprobs`` (the sampling policy's); the loss clips against the first and
+        weights each token by their ratio to the second. Runs with ``--async-rollout
+        --max-staleness`` above 0 need it.
     """
 
     name: str
@@ -95,6 +110,7 @@ class AlgorithmSpec:
     needs_groups: bool = False
     needs_entropy: bool = False
     needs_values: bool = False
+    decoupled: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.name or "/" in self.name or self.name != self.name.strip():

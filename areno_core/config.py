@@ -174,6 +174,25 @@ class RolloutConfig:
         "Drop prompt groups whose samples all got the same reward (they carry no signal for "
         "group-relative advantages); counted in rollout/uniform_groups either way.",
     )
+    async_rollout: bool = option(
+        False,
+        "Roll out in a worker process that keeps sampling while the trainer trains (online "
+        "RL); see docs/async.md.",
+    )
+    max_staleness: int = option(
+        1,
+        "With --async-rollout: train on no sample drawn by a policy more than this many "
+        "versions (train steps that changed it) behind the trainer's; 0 is synchronous "
+        "training in two processes.",
+        validator=non_negative,
+    )
+    rollout_threads: int | None = option(
+        None,
+        "With --async-rollout: CPU threads of the rollout worker; the trainer keeps the rest "
+        "of this process's torch threads when it trains on the CPU.",
+        validator=positive,
+        default_text="half of torch's threads",
+    )
     tune_params: bool = option(
         False,
         "Probe memory with a randomly initialised model of the same architecture first, then "
@@ -242,6 +261,14 @@ class TrainConfig:
     critic_lr: float = option(1.0e-5, "Critic learning rate.", validator=positive)
     critic_warmup_steps: int = option(
         20, "Steps that train only the critic before the policy.", validator=non_negative
+    )
+    proximal_logprobs: str = option(
+        "recompute",
+        "With --async-rollout, for samples of an older policy: how the decoupled objective "
+        "gets the log-probabilities of the policy at the start of the train step. recompute: "
+        "one more forward pass per step, exact; interpolate: between the sampler's and the "
+        "current policy's by version, no extra pass, exact in a step's first optimizer step.",
+        choices=("recompute", "interpolate"),
     )
 
 

@@ -28,6 +28,7 @@ from areno_core.log import get_logger
 from areno_core.options import OptionTable, Owner
 from areno_core.recipe import Recipe, resolve_resource
 from areno_core.registry import Registry
+from areno_core.rollout.async_runner import check_async_options
 from areno_core.rollout.base import EngineSpec
 from areno_core.train.checkpoint import read_checkpoint_config, resolve_resume
 from areno_core.train.contract import BackendSpec
@@ -128,6 +129,7 @@ def resolve_run(
         active.add(("rollout engine", engine.name))
     _check_plugin_options(table, chosen, active, cfg)
     _check_role_options(spec, registry, chosen, cfg)
+    check_async_options(cfg, spec, chosen)
     if cfg.ckpt is None:
         raise ConfigError(
             "--ckpt is required: a local model directory, a Hugging Face id, or a random "
@@ -168,7 +170,7 @@ RESUME_MAY_CHANGE = frozenset(
         "eval_dataset_path", "eval_interval", "eval_limit", "world_size", "tp_size", "backend",
         "max_running_prompts", "attn_backend", "eager_decode", "drop_rollout_state",
         "agent_timeout_s", "activation_checkpointing", "tune_params", "mem_frac",
-        "tune_max_samples",
+        "tune_max_samples", "rollout_threads",
     }
 )  # fmt: skip
 

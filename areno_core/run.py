@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +240,8 @@ def train_kwargs(resolved: ResolvedRun) -> dict[str, Any]:
     if "critic" in spec.roles:
         kwargs["critic_lr"] = cfg.critic_lr
         kwargs["critic_warmup_steps"] = cfg.critic_warmup_steps
+    if cfg.async_rollout:
+        kwargs["proximal_logprobs"] = cfg.proximal_logprobs
     kwargs.update(attrs.asdict(resolved.algorithm_config))
     return kwargs
 
@@ -264,44 +267,56 @@ def _reward_model_fn(model: TrainableModel, ref: str) -> Any:
     return reward_fn
 
 
+def engine_options(plan: RunPlan, model: TrainableModel) -> EngineOptions:
+    """What the run's rollout engine honours, from the core options."""
+    cfg = plan.config
+    # Later agent turns carry the whole conversation, so their prompts are bounded by the
+    # context length rather than --max-prompt-tokens.
+    context_limit = cfg.max_context_len or _model_context_len(model)
+    return EngineOptions(
+        max_running=cfg.max_running_prompts,
+        max_prompt_tokens=context_limit if plan.agent_fn else cfg.max_prompt_tokens,
+        attn_backend=cfg.attn_backend,
+        eager_decode=cfg.eager_decode,
+    )
+
+
+def sampling_params(cfg: RunConfig) -> SamplingParams:
+    """How training rollouts sample (the seed is drawn per step)."""
+    return SamplingParams(
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_k=cfg.top_k,
+        top_p=cfg.top_p,
+        greedy=cfg.greedy,
+    )
+
+
+def agent_options(cfg: RunConfig) -> dict[str, Any]:
+    """The options of agentic rollouts besides the agent function (``AgentSettings``)."""
+    return {
+        "train_tool_results": cfg.train_tool_results,
+        "max_context_len": cfg.max_context_len,
+        "timeout_s": cfg.agent_timeout_s,
+        "max_concurrency": cfg.max_running_prompts,
+    }
+
+
 def build_rollout(plan: RunPlan, model: TrainableModel, reward_fn: Any) -> RolloutRunner:
     """The run's one rollout engine (``--rollout-engine``) over the policy, in a runner that
     keeps it in step with the policy and serves training rollouts and evaluation alike."""
     cfg, resolved = plan.config, plan.resolved
     assert resolved.engine is not None
-    # Later agent turns carry the whole conversation, so their prompts are bounded by the
-    # context length rather than --max-prompt-tokens.
-    context_limit = cfg.max_context_len or _model_context_len(model)
     engine = resolved.engine.create(
-        model.policy,
-        model.tokenizer,
-        EngineOptions(
-            max_running=cfg.max_running_prompts,
-            max_prompt_tokens=context_limit if plan.agent_fn else cfg.max_prompt_tokens,
-            attn_backend=cfg.attn_backend,
-            eager_decode=cfg.eager_decode,
-        ),
-        resolved.engine_config,
+        model.policy, model.tokenizer, engine_options(plan, model), resolved.engine_config
     )
     agent = None
     if plan.agent_fn is not None:
-        agent = AgentSettings(
-            plan.agent_fn,
-            train_tool_results=cfg.train_tool_results,
-            max_context_len=cfg.max_context_len,
-            timeout_s=cfg.agent_timeout_s,
-            max_concurrency=cfg.max_running_prompts,
-        )
+        agent = AgentSettings(plan.agent_fn, **agent_options(cfg))
     return RolloutRunner(
         model,
         engine,
-        sampling=SamplingParams(
-            max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature,
-            top_k=cfg.top_k,
-            top_p=cfg.top_p,
-            greedy=cfg.greedy,
-        ),
+        sampling=sampling_params(cfg),
         n_samples=cfg.n_samples,
         reward_fn=reward_fn,
         batch_size=cfg.batch_size,
@@ -376,6 +391,10 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         rollout = build_rollout(plan, model, reward_fn)
         if plan.eval_rows is not None:
             evaluate = rollout.evaluator(plan.eval_rows, max_new_tokens=cfg.max_new_tokens)
+        if cfg.async_rollout:  # rollouts from a worker process; evaluation stays here
+            from areno_core.rollout.async_runner import build_async_rollout
+
+            rollout = build_async_rollout(plan, model, stream, max_steps)
     if main:
         console.print(
             f"[bold]areno train[/] --algo {cfg.algo}: {len(plan.rows)} rows, {max_steps} steps, "
@@ -386,6 +405,7 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         with (
             StopOnInterrupt(saves=bool(cfg.save_path), console=console) as interrupt,
             TrainProgress(max_steps, enabled=main, console=console) as progress,
+            rollout if isinstance(rollout, AbstractContextManager) else nullcontext(),
         ):
             result = train_loop(
                 model=model,

@@ -101,3 +101,18 @@ def test_ceiling_reports_matmul_peak_and_step_fraction(tmp_path) -> None:
     grpo = report["grpo"]
     assert grpo["rollout_flops"] > 0 and grpo["update_flops"] > grpo["rollout_flops"]
     assert grpo["rollout_s"] > 0 and grpo["update_s"] > 0
+
+
+@pytest.mark.slow
+def test_async_bench_runs_both_sides_and_reports_accuracy_and_cpu_time(tmp_path) -> None:
+    out = tmp_path / "async.json"
+    proc = bench("bench_async.py", "--reps", "1", "--max-steps", "3", "--sides", "sync,async",
+                 "--json", str(out), timeout=600)  # fmt: skip
+    assert "| side | steps | samples/s (run) |" in proc.stdout
+    runs = json.loads(out.read_text())["runs"]
+    for side in ("sync", "async"):
+        (run,) = runs[side]
+        assert run["steps"] == 3 and run["samples_per_s"] > 0 and run["cpu_s"] > 0
+        assert 0.0 <= run["accuracy"] <= 1.0
+    assert runs["async"][0]["time/weight_sync"] >= 0  # only the worker side publishes weights
+    assert "time/weight_sync" not in runs["sync"][0]

@@ -67,6 +67,11 @@ def emitted(tmp_path_factory) -> set[str]:
         keys |= run_and_collect(["--algo", algo, *base, *extra], root / name)
     agentic = ["--recipe", "agentic/tictactoe-cpu", "--algo", "grpo", "--max-steps", "1"]
     keys |= run_and_collect(agentic, root / "agentic")
+    # Asynchronous rollout: step 2 trains on samples one policy version old.
+    asynchronous = ["--algo", "grpo", *base, "--dataset-loader-fn", str(root / "rl.py"),
+                    "--reward-fn-path", str(root / "reward.py"), "--max-steps", "2",
+                    "--async-rollout", "--behaviour-weight-cap", "2"]  # fmt: skip
+    keys |= run_and_collect(asynchronous, root / "async")
     set_registry(None)
     return keys
 

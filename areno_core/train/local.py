@@ -37,6 +37,13 @@ from areno_core.train.batching import (
 from areno_core.train.contract import BackendSpec
 from areno_core.train.featurize import preference_trajectories, sft_trajectories
 from areno_core.train.forward import policy_outputs, value_outputs
+from areno_core.train.offpolicy import (
+    PROXIMAL_MODES,
+    interpolate_proximal,
+    stale_rows,
+    with_behaviour,
+    with_proximal,
+)
 from areno_core.train.optim import (
     build_optimizer,
     build_scheduler,
@@ -126,6 +133,7 @@ class LocalBackend:
         disable_thinking: bool = default_of("disable_thinking"),
         critic_lr: float = default_of("critic_lr"),
         critic_warmup_steps: int = default_of("critic_warmup_steps"),
+        proximal_logprobs: str = default_of("proximal_logprobs"),
         **algorithm_options: Any,
     ) -> TrainResult:
         """Run one trainer step on ``data`` and return its metrics.
@@ -137,8 +145,19 @@ class LocalBackend:
         one optimizer step (default: all of them, i.e. one optimizer step per call). Several
         optimizer steps per call make the importance ratios of online algorithms move away
         from 1 within the call, so their clipping acts.
+
+        Groups sampled by a policy older than the model's (``policy_version`` below
+        ``model.optimizer_steps``) are trained with the decoupled objective when the algorithm
+        declares it; ``proximal_logprobs`` (``recompute`` or ``interpolate``) says how the
+        proximal policy's log-probabilities are obtained (see
+        :mod:`areno_core.train.offpolicy`).
         """
         started = time.perf_counter()
+        if proximal_logprobs not in PROXIMAL_MODES:
+            raise ValueError(
+                f"proximal_logprobs must be one of {', '.join(PROXIMAL_MODES)}, got "
+                f"{proximal_logprobs!r}"
+            )
         spec = self.algorithm(algorithm)
         config = _algorithm_config(spec, algorithm_options)
         prepared = self._prepare(
@@ -173,6 +192,7 @@ class LocalBackend:
                 grad_clip_norm=grad_clip_norm,
                 temperature=temperature,
                 train_actor=model.step >= critic_warmup_steps or "critic" not in spec.roles,
+                proximal_logprobs=proximal_logprobs,
             )
         else:
             logger.warning("step %d: no trainable rows; nothing was updated", model.step + 1)
@@ -428,6 +448,7 @@ class LocalBackend:
         grad_clip_norm: float,
         temperature: float,
         train_actor: bool,
+        proximal_logprobs: str = "recompute",
     ) -> dict[str, float]:
         spec, config = prepared.spec, prepared.config
         device = model.device
@@ -438,6 +459,10 @@ class LocalBackend:
         # or when the user supplied one.
         if spec.uses_reference(config, given=model.reference is not None):
             batch["ref_logprobs"] = self._reference_logprobs(model, batch, score_plan, temperature)
+        batch, offpolicy = self._attach_proximal(
+            model, prepared, batch, score_plan, temperature, proximal_logprobs
+        )
+        proximal_version = model.optimizer_steps
         critic = model.ensure_critic() if "critic" in spec.roles else None
         if critic is not None:
             batch["values"] = _score(
@@ -492,6 +517,13 @@ class LocalBackend:
                 )
                 if critic is not None:
                     outputs["values"] = value_outputs(critic, mb)
+                if "behaviour_version" in mb:  # --proximal-logprobs interpolate
+                    mb = interpolate_proximal(
+                        mb,
+                        outputs["logprobs"],
+                        proximal_version=proximal_version,
+                        current_version=model.optimizer_steps,
+                    )
                 loss, stats = spec.loss(outputs, mb, config)
                 loss.backward()
                 step_loss += loss.detach().double().cpu()
@@ -534,7 +566,50 @@ class LocalBackend:
         if spec.kind == "online":
             metrics.update(_advantage_stats(batch))
         metrics.update({k: float(v) for k, v in rollout_stats.items()})
+        metrics.update(offpolicy)
         return metrics
+
+    def _attach_proximal(
+        self,
+        model: TrainableModel,
+        prepared: _Prepared,
+        batch: dict[str, Any],
+        plan: list[list[int]],
+        temperature: float,
+        mode: str,
+    ) -> tuple[dict[str, Any], dict[str, float]]:
+        """For a decoupled algorithm and a batch with samples of an older policy: keep the
+        sampler's log-probabilities as ``behaviour_logprobs`` and, with ``mode`` recompute,
+        score the policy as it is now (the proximal policy) into ``old_logprobs``; with
+        interpolate the update loop fills them per microbatch
+        (:mod:`areno_core.train.offpolicy`). Returns the batch and, when the batch is stale,
+        ``train/stale_rows`` (and ``time/proximal`` for recompute)."""
+        spec = prepared.spec
+        stale = stale_rows(prepared.trajectories, model.optimizer_steps) if spec.decoupled else 0
+        if not stale:
+            return batch, {}
+        if mode == "interpolate":
+            return with_behaviour(batch, prepared.trajectories), {"train/stale_rows": float(stale)}
+        started = time.perf_counter()
+        policy = model.policy
+        was_training = policy.training
+        policy.eval()
+        try:
+            proximal = _score(
+                batch,
+                plan,
+                model.device,
+                lambda mb: policy_outputs(
+                    policy, mb, temperature=temperature, share_prefix=self.share_prefix
+                )["logprobs"],
+            )
+        finally:
+            policy.train(was_training)
+        metrics = {
+            "train/stale_rows": float(stale),
+            "time/proximal": time.perf_counter() - started,
+        }
+        return with_proximal(batch, proximal), metrics
 
 
 def _extra_models(model: TrainableModel) -> dict[str, Any]:

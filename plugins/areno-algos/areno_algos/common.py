@@ -36,6 +36,7 @@ import torch
 
 from areno_core.algorithm import RowSchema
 from areno_core.options import option
+from areno_core.validators import number
 
 Tensor = torch.Tensor
 Normaliser = float | Tensor
@@ -197,6 +198,54 @@ def dual_clip(loss: Tensor, advantages: Tensor, clip_ratio_c: float) -> tuple[Te
     negative = advantages < 0
     active = negative & (loss > cap)
     return torch.where(active, cap, loss), active
+
+
+# --------------------------------------------------------------------------------------------
+# The decoupled objective (stale samples, see docs/async.md)
+# --------------------------------------------------------------------------------------------
+
+
+def behaviour_weight(
+    batch: Mapping[str, Any], old_logprobs: Tensor, cap: float | None
+) -> Tensor | None:
+    """Per-token ``pi_prox(a) / pi_behav(a)``, detached, or None for an on-policy batch.
+
+    The core puts ``behaviour_logprobs`` (those of the policy that sampled) into a batch only
+    when some of its samples come from a policy older than the one at the start of the train
+    step; ``old_logprobs`` then hold that proximal policy's log-probabilities. The weight is
+    truncated at ``cap`` when one is given (``None``: no truncation).
+    """
+    behaviour = batch.get("behaviour_logprobs")
+    if behaviour is None:
+        return None
+    weight = importance_ratio(old_logprobs.detach(), behaviour)
+    return weight if cap is None else weight.clamp(max=cap)
+
+
+def behaviour_stats(
+    weight: Tensor, mask: Tensor, normaliser: Normaliser, cap: float | None
+) -> dict[str, Tensor]:
+    """``train/behaviour_weight_*`` of a decoupled batch: the mean (a share of ``normaliser``,
+    the group's token or sequence count, matching how ``weight`` is laid out), the microbatch
+    extremes, and the share of weights the cap truncated."""
+    capped = weight >= cap if cap is not None else torch.zeros_like(weight, dtype=torch.bool)
+    return {
+        "train/behaviour_weight_mean": token_share(weight, mask, normaliser),
+        "train/behaviour_weight_max": masked_max(weight, mask),
+        "train/behaviour_weight_min": masked_min(weight, mask),
+        "train/behaviour_weight_capped": token_share(capped.to(weight.dtype), mask, normaliser),
+    }
+
+
+def behaviour_weight_cap_field() -> Any:
+    """The ``behaviour_weight_cap`` option of the algorithms with the decoupled objective."""
+    return option(
+        None,
+        "Decoupled objective (stale samples of --async-rollout): truncate each importance "
+        "weight pi_proximal / pi_behaviour at this value.",
+        validator=number(min=1.0),
+        default_text="no truncation",
+    )
 
 
 def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: str) -> Tensor:

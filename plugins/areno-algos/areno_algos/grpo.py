@@ -10,6 +10,11 @@ Loss: with ``ratio = exp(logprobs - old_logprobs)`` per token (``old_logprobs`` 
 policy's), the PPO clipped surrogate ``-min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A)``,
 aggregated with ``loss_agg`` (default ``token-mean``). ``grpo_clip_eps_high`` gives the
 asymmetric "clip-higher" band of DAPO.
+
+Stale samples (``--async-rollout``): when the batch carries ``behaviour_logprobs`` the ratio
+and the clip are taken against the proximal policy (``old_logprobs``, the policy at the start
+of the train step) and each token's loss is multiplied by the importance weight
+``pi_prox / pi_behav`` (truncated at ``behaviour_weight_cap``); see docs/async.md.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ import torch
 from areno_algos.common import (
     ONLINE_ROW_SCHEMA,
     aggregate_loss,
+    behaviour_stats,
+    behaviour_weight,
+    behaviour_weight_cap_field,
     broadcast_over_tokens,
     clipped_surrogate,
     group_normalized_rewards,
@@ -57,6 +65,7 @@ class GRPOConfig:
         negatable=True,
     )
     loss_agg: str | None = loss_agg_field(DEFAULT_LOSS_AGG)
+    behaviour_weight_cap: float | None = behaviour_weight_cap_field()
 
     @property
     def eps_high(self) -> float:
@@ -80,6 +89,9 @@ def grpo_loss(
     per_token, clipped = clipped_surrogate(
         ratio, batch["advantages"], config.grpo_clip_eps, config.eps_high
     )
+    weight = behaviour_weight(batch, old, config.behaviour_weight_cap)
+    if weight is not None:
+        per_token = per_token * weight
     loss = aggregate_loss(
         per_token,
         mask,
@@ -92,6 +104,8 @@ def grpo_loss(
         "train/clip_fraction": token_share(clipped.to(ratio.dtype), mask, tokens),
         **policy_stats(ratio, logprobs, old, mask, tokens, outputs),
     }
+    if weight is not None:
+        stats.update(behaviour_stats(weight, mask, tokens, config.behaviour_weight_cap))
     return loss, stats
 
 
@@ -104,4 +118,5 @@ SPEC = AlgorithmSpec(
     loss=grpo_loss,
     advantages=grpo_advantages,
     needs_groups=True,
+    decoupled=True,
 )

@@ -14,6 +14,12 @@ paper's values) because a sequence ratio moves much less than a token ratio.
 
 Other ``loss_agg`` values spread the row's loss over its tokens (``token-mean`` weights a row by
 its length; ``seq-mean-token-sum`` multiplies it by its length).
+
+Stale samples (``--async-rollout``): with ``behaviour_logprobs`` in the batch the sequence
+ratio is taken against the proximal policy (``old_logprobs``) and each row's loss is
+multiplied by the sequence-level importance weight ``exp(mean_t(old_logprobs -
+behaviour_logprobs))``, the same geometric mean the ratio uses (truncated at
+``behaviour_weight_cap``); see docs/async.md.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from areno_algos.common import (
     LOG_RATIO_LIMIT,
     ONLINE_ROW_SCHEMA,
     aggregate_loss,
+    behaviour_stats,
+    behaviour_weight_cap_field,
     broadcast_over_tokens,
     clipped_surrogate,
     group_normalized_rewards,
@@ -55,6 +63,7 @@ class GSPOConfig:
         4e-4, "GSPO upper clip on the sequence ratio.", validator=number(min=0.0)
     )
     loss_agg: str | None = loss_agg_field(DEFAULT_LOSS_AGG)
+    behaviour_weight_cap: float | None = behaviour_weight_cap_field()
 
 
 def gspo_advantages(batch: dict[str, Any], config: GSPOConfig) -> dict[str, Any]:
@@ -85,6 +94,12 @@ def gspo_loss(
     row_loss, clipped = clipped_surrogate(
         seq_ratio, seq_adv, config.gspo_clip_eps, config.gspo_clip_eps_high
     )
+    weight = None
+    if "behaviour_logprobs" in batch:
+        weight = sequence_ratio(old.detach(), batch["behaviour_logprobs"], mask)
+        if config.behaviour_weight_cap is not None:
+            weight = weight.clamp(max=config.behaviour_weight_cap)
+        row_loss = row_loss * weight
     per_token = row_loss[:, None].expand_as(logprobs)
     loss = aggregate_loss(per_token, mask, config.loss_agg or DEFAULT_LOSS_AGG, tokens, seqs)
 
@@ -103,6 +118,8 @@ def gspo_loss(
     }
     if "entropy" in outputs:
         stats["train/entropy"] = token_share(outputs["entropy"], mask, tokens)
+    if weight is not None:  # per sequence, like the ratio stats
+        stats.update(behaviour_stats(weight, has_tokens, seqs, config.behaviour_weight_cap))
     return loss, {k: v.detach() for k, v in stats.items()}
 
 
@@ -115,4 +132,5 @@ SPEC = AlgorithmSpec(
     loss=gspo_loss,
     advantages=gspo_advantages,
     needs_groups=True,
+    decoupled=True,
 )

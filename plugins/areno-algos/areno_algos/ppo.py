@@ -37,6 +37,11 @@ Loss (per microbatch, every term aggregated with ``loss_agg``, default ``token-m
     value:  0.5 * max((V - R)^2, (clip(V, V_old - value_clip_eps, V_old + value_clip_eps) - R)^2)
     kl:     kl_loss_type estimate of KL(pi || ref) per token
     loss  = policy + value_loss_coef * value + kl_loss_coef * kl     (kl only with use_kl_loss)
+
+Stale samples (``--async-rollout``): with ``behaviour_logprobs`` in the batch, ``r`` is taken
+against the proximal policy (``old_logprobs``) and the dual-clipped policy term of each token
+is multiplied by ``pi_prox / pi_behav`` (truncated at ``behaviour_weight_cap``); see
+docs/async.md.
 """
 
 from __future__ import annotations
@@ -51,6 +56,9 @@ from areno_algos.common import (
     KL_TYPES,
     ONLINE_ROW_SCHEMA,
     aggregate_loss,
+    behaviour_stats,
+    behaviour_weight,
+    behaviour_weight_cap_field,
     broadcast_over_tokens,
     clipped_surrogate,
     dual_clip,
@@ -96,6 +104,7 @@ class PPOConfig:
         "low_var_kl", "PPO KL estimator (low_var_kl is k3).", choices=KL_TYPES
     )
     loss_agg: str | None = loss_agg_field(DEFAULT_LOSS_AGG)
+    behaviour_weight_cap: float | None = behaviour_weight_cap_field()
 
 
 def last_token_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -178,6 +187,9 @@ def ppo_loss(
     ratio = importance_ratio(logprobs, old)
     pg, clipped = clipped_surrogate(ratio, advantages, config.clip_eps, config.clip_eps)
     pg, dual_clipped = dual_clip(pg, advantages, config.clip_ratio_c)
+    weight = behaviour_weight(batch, old, config.behaviour_weight_cap)
+    if weight is not None:
+        pg = pg * weight
     policy_loss = aggregate_loss(pg, mask, mode, tokens, seqs)
 
     values, old_values, returns = outputs["values"], batch["values"], batch["returns"]
@@ -200,6 +212,8 @@ def ppo_loss(
         ),
         **policy_stats(ratio, logprobs, old, mask, tokens, outputs),
     }
+    if weight is not None:
+        stats.update(behaviour_stats(weight, mask, tokens, config.behaviour_weight_cap))
     if config.use_kl_loss:
         if "ref_logprobs" not in batch:
             raise KeyError(
@@ -225,4 +239,5 @@ SPEC = AlgorithmSpec(
     optional_roles=frozenset({"reference", "reward_model"}),
     wants_reference=lambda config: config.use_kl_loss,
     needs_values=True,
+    decoupled=True,
 )

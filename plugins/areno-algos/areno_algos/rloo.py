@@ -8,7 +8,8 @@ critic and, unlike GRPO, does not divide by the group's std. A prompt sampled on
 
 Loss: the PPO clipped surrogate on the token ratio ``exp(logprobs - old_logprobs)`` with the
 band ``[1 - clip_eps, 1 + clip_eps]`` (so several updates per rollout batch stay close to the
-sampling policy), aggregated with ``loss_agg`` (default ``token-mean``).
+sampling policy), aggregated with ``loss_agg`` (default ``token-mean``). Stale samples
+(``--async-rollout``) get the decoupled objective, as in GRPO (see docs/async.md).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import torch
 from areno_algos.common import (
     ONLINE_ROW_SCHEMA,
     aggregate_loss,
+    behaviour_stats,
+    behaviour_weight,
+    behaviour_weight_cap_field,
     broadcast_over_tokens,
     clipped_surrogate,
     importance_ratio,
@@ -44,6 +48,7 @@ class RLOOConfig:
         0.2, "RLOO and PPO: clip on the token ratio.", validator=number(min=0.0)
     )
     loss_agg: str | None = loss_agg_field(DEFAULT_LOSS_AGG)
+    behaviour_weight_cap: float | None = behaviour_weight_cap_field()
 
 
 def rloo_advantages(batch: dict[str, Any], config: RLOOConfig) -> dict[str, Any]:
@@ -61,6 +66,9 @@ def rloo_loss(
     per_token, clipped = clipped_surrogate(
         ratio, batch["advantages"], config.clip_eps, config.clip_eps
     )
+    weight = behaviour_weight(batch, old, config.behaviour_weight_cap)
+    if weight is not None:
+        per_token = per_token * weight
     loss = aggregate_loss(
         per_token, mask, config.loss_agg or DEFAULT_LOSS_AGG, tokens, batch["group_sequences"]
     )
@@ -69,6 +77,8 @@ def rloo_loss(
         "train/clip_fraction": token_share(clipped.to(ratio.dtype), mask, tokens),
         **policy_stats(ratio, logprobs, old, mask, tokens, outputs),
     }
+    if weight is not None:
+        stats.update(behaviour_stats(weight, mask, tokens, config.behaviour_weight_cap))
     return loss, stats
 
 
@@ -81,4 +91,5 @@ SPEC = AlgorithmSpec(
     loss=rloo_loss,
     advantages=rloo_advantages,
     needs_groups=True,
+    decoupled=True,
 )

@@ -21,13 +21,19 @@ def test_configs_defaults_match_cli_defaults() -> None:
         "grpo_clip_eps_high": None,
         "scale_rewards": True,
         "loss_agg": None,
+        "behaviour_weight_cap": None,
     }
     assert attrs.asdict(GSPOConfig()) == {
         "gspo_clip_eps": 3e-4,
         "gspo_clip_eps_high": 4e-4,
         "loss_agg": None,
+        "behaviour_weight_cap": None,
     }
-    assert attrs.asdict(RLOOConfig()) == {"clip_eps": 0.2, "loss_agg": None}
+    assert attrs.asdict(RLOOConfig()) == {
+        "clip_eps": 0.2,
+        "loss_agg": None,
+        "behaviour_weight_cap": None,
+    }
     assert attrs.asdict(PPOConfig()) == {
         "clip_eps": 0.2,
         "clip_ratio_c": 3.0,
@@ -39,6 +45,7 @@ def test_configs_defaults_match_cli_defaults() -> None:
         "kl_loss_coef": 0.001,
         "kl_loss_type": "low_var_kl",
         "loss_agg": None,
+        "behaviour_weight_cap": None,
     }
 
 
@@ -67,6 +74,10 @@ def test_grpo_config_eps_high_unset_follows_eps() -> None:
             "--gspo-clip-eps-high cannot be empty (null)",
         ),
         (lambda: DPOConfig(dpo_beta=0.0), "--dpo-beta must be > 0, got 0.0"),
+        (
+            lambda: GRPOConfig(behaviour_weight_cap=0.5),
+            "--behaviour-weight-cap must be >= 1, got 0.5",
+        ),
         (lambda: RLOOConfig(clip_eps=-0.2), "--clip-eps must be >= 0, got -0.2"),
         (lambda: PPOConfig(clip_ratio_c=1.0), "--clip-ratio-c must be > 1, got 1.0"),
         (lambda: PPOConfig(gamma=1.5), "--gamma must be <= 1, got 1.5"),

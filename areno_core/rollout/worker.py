@@ -1,0 +1,296 @@
+"""The rollout worker process of ``--async-rollout``: samples, scores and groups completions
+for the batches the trainer sends, with the newest weights it has received.
+
+The trainer (:class:`areno_core.rollout.async_runner.AsyncRolloutRunner`) starts
+:func:`worker_main` in a spawned process with a :class:`WorkerSpec` and two one-way pipes. The
+worker builds its own copy of the policy (from ``--ckpt``), the run's rollout engine, reward and
+agent, inside an ordinary :class:`~areno_core.rollout.runner.RolloutRunner`, then serves:
+
+    trainer -> worker   Weights(version, packed)   the policy after a train step
+                        Rollout(step, rows, ...)    a batch to sample, score and group
+                        Stop()
+    worker -> trainer   Ready(pid), then Batch(step, groups, metrics) per request,
+                        or Failed(error) once, before it exits
+
+Before each batch the worker reads every message that has arrived and loads the newest weights
+among them (older ones are skipped), so a batch is always sampled by the freshest policy the
+worker holds. A batch in flight is finished with the weights it started with: every completion
+of a batch, and so every sample of a group, carries one ``policy_version``.
+
+The worker ignores Ctrl-C (the trainer stops it) and exits when the trainer's end of either pipe
+closes.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+import attrs
+import torch
+
+from areno_core.errors import ArenoError
+from areno_core.log import get_logger
+from areno_core.rollout.base import EngineOptions
+from areno_core.rollout.weights import PackedWeights
+from areno_core.types import SamplingParams, TrajectoryGroup
+
+logger = get_logger(__name__)
+
+
+# -- messages ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Weights:
+    version: int
+    packed: PackedWeights
+
+
+@attrs.frozen
+class Rollout:
+    """A batch to roll out: ``rows`` are the dataset rows of trainer step ``step``; ``sampling``
+    carries the batch's random-stream seed; an agentic batch seeds the agent server's
+    generator with ``agent_seed``."""
+
+    step: int
+    rows: list[dict[str, Any]]
+    sampling: SamplingParams
+    agent_seed: int | None = None
+
+
+@attrs.frozen
+class Stop:
+    pass
+
+
+@attrs.frozen
+class Ready:
+    pid: int
+
+
+@attrs.frozen
+class Batch:
+    step: int
+    groups: list[TrajectoryGroup]
+    metrics: dict[str, float]
+
+
+@attrs.frozen
+class Failed:
+    """The worker stopped on an exception: its type, message and traceback."""
+
+    kind: str
+    message: str
+    details: str
+    user_error: bool
+
+
+# -- what the worker builds -------------------------------------------------------------------
+
+
+@attrs.frozen
+class WorkerSpec:
+    """Everything the worker needs to build its rollout side, as plain picklable values.
+
+    Functions (reward, agent) travel as the references the user gave (a file or a registered
+    name) and are resolved again in the worker, like the engine, by name.
+    """
+
+    ckpt: str
+    device: str
+    engine: str
+    engine_options: EngineOptions
+    engine_config: dict[str, Any]
+    sampling: SamplingParams
+    n_samples: int
+    batch_size: int
+    reward_fn: str | None = None
+    reward_ckpt: str | None = None
+    agent_fn: str | None = None
+    agent_options: dict[str, Any] = attrs.Factory(dict)
+    disable_thinking: bool = False
+    drop_state: bool = False
+    drop_uniform_groups: bool = False
+    threads: int | None = None
+    log_level: int = logging.WARNING
+    dtype: str = "auto"
+    """The trainer's policy dtype by name (``"float32"``, ``"bfloat16"``...), so the worker
+    samples with the weights the trainer publishes, in their own type."""
+    attn_implementation: str | None = None
+
+
+def build_runner(spec: WorkerSpec) -> Any:
+    """The worker's :class:`RolloutRunner`: its own policy copy, engine, reward and agent."""
+    from areno_core.model import TrainableModel
+    from areno_core.models.loading import load_model_and_tokenizer
+    from areno_core.registry import get_registry
+    from areno_core.rewards import resolve_reward_fn
+    from areno_core.rollout.runner import AgentSettings, RolloutRunner
+
+    if spec.threads is not None:
+        torch.set_num_threads(spec.threads)
+    registry = get_registry()
+    # The parameters keep requires_grad as the trainer's do: torch picks other (equally
+    # valid) kernels for frozen weights, and the worker must compute what the trainer's
+    # engine would, to the last bit (no gradients are taken here: the engine samples in
+    # inference mode).
+    policy, tokenizer = load_model_and_tokenizer(
+        spec.ckpt,
+        device=spec.device,
+        dtype=spec.dtype,
+        attn_implementation=spec.attn_implementation,
+    )
+    model = TrainableModel(policy, tokenizer, ckpt=spec.ckpt)
+    engine_spec = registry.engine(spec.engine)
+    engine = engine_spec.create(
+        policy, tokenizer, spec.engine_options, engine_spec.make_config(spec.engine_config)
+    )
+    if spec.reward_fn is not None:
+        reward_fn = resolve_reward_fn(spec.reward_fn, registry)
+    else:
+        assert spec.reward_ckpt is not None, "the run checks that one of them is given"
+        from areno_core.run import _reward_model_fn  # the run's reward-model scorer
+
+        reward_fn = _reward_model_fn(model, spec.reward_ckpt)
+    agent = None
+    if spec.agent_fn is not None:
+        from areno_core.agentic.collect import resolve_agent_fn
+
+        agent = AgentSettings(resolve_agent_fn(spec.agent_fn, registry), **spec.agent_options)
+    return RolloutRunner(
+        model,
+        engine,
+        sampling=spec.sampling,
+        n_samples=spec.n_samples,
+        reward_fn=reward_fn,
+        batch_size=spec.batch_size,
+        disable_thinking=spec.disable_thinking,
+        drop_state=spec.drop_state,
+        drop_uniform_groups=spec.drop_uniform_groups,
+        agent=agent,
+    )
+
+
+# -- the process ------------------------------------------------------------------------------
+
+_CLOSED = object()  # the trainer's end of the pipe closed
+
+
+class Mailbox:
+    """Reads a connection on a background thread, so the sender never blocks on a busy
+    reader; :meth:`take` hands over everything received so far."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._messages: collections.deque[Any] = collections.deque()
+        self._ready = threading.Condition()
+        self._thread = threading.Thread(target=self._read, name="areno-mailbox", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self._connection.recv()
+            except (EOFError, OSError):
+                message = _CLOSED
+            with self._ready:
+                self._messages.append(message)
+                self._ready.notify_all()
+            if message is _CLOSED:
+                return
+
+    def take(self, *, block: bool) -> list[Any]:
+        """Every message received so far; with ``block``, wait for at least one."""
+        with self._ready:
+            while block and not self._messages:
+                self._ready.wait()
+            taken = list(self._messages)
+            self._messages.clear()
+        return taken
+
+
+def serve(runner: Any, mailbox: Mailbox, outbox: Connection) -> None:
+    """Answer rollout requests until Stop or until the trainer goes away."""
+    pending: collections.deque[Rollout] = collections.deque()
+    have_weights = False
+    load_s = 0.0
+    while True:
+        newest: Weights | None = None
+        for message in mailbox.take(block=not pending):
+            if message is _CLOSED or isinstance(message, Stop):
+                return
+            if isinstance(message, Weights):
+                newest = message
+            else:
+                pending.append(message)
+        if newest is not None:
+            started = time.perf_counter()
+            runner.engine.sync_weights(newest.packed.state_dict(), version=newest.version)
+            runner.model.optimizer_steps = newest.version
+            have_weights = True
+            load_s += time.perf_counter() - started
+            del newest
+        if not pending:
+            continue
+        if not have_weights:
+            raise RuntimeError("a rollout request arrived before any weights")
+        request = pending.popleft()
+        runner.sampling = request.sampling
+        if request.agent_seed is not None:
+            runner.model.rollout_generator = torch.Generator().manual_seed(request.agent_seed)
+        groups, metrics = runner(request.rows, request.step)
+        metrics["time/weight_load"] = load_s
+        load_s = 0.0
+        outbox.send(Batch(request.step, groups, metrics))
+
+
+def worker_main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None:
+    """Entry point of the spawned worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
+    import torch.multiprocessing  # noqa: F401 - registers the shared-memory tensor pickling
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[rollout worker] %(levelname)s %(message)s"))
+    areno_logger = logging.getLogger("areno")
+    areno_logger.addHandler(handler)
+    areno_logger.setLevel(spec.log_level)
+    areno_logger.propagate = False
+
+    try:
+        runner = build_runner(spec)
+        outbox.send(Ready(os.getpid()))
+        serve(runner, Mailbox(inbox), outbox)
+    except BaseException as exc:  # report anything, then exit non-zero
+        failure = Failed(
+            type(exc).__name__,
+            str(exc),
+            "".join(traceback.format_exception(exc)),
+            isinstance(exc, ArenoError),
+        )
+        with contextlib.suppress(OSError, EOFError):  # the trainer may be gone already
+            outbox.send(failure)
+        raise SystemExit(1) from None
+
+
+__all__ = [
+    "Batch",
+    "Failed",
+    "Mailbox",
+    "Ready",
+    "Rollout",
+    "Stop",
+    "Weights",
+    "WorkerSpec",
+    "build_runner",
+    "serve",
+    "worker_main",
+]

@@ -1,0 +1,218 @@
+"""``areno train --async-rollout`` end to end: rollout in a worker process, the staleness bound,
+K = 0 as synchronous training, agentic rollout, resuming, and a worker that dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from areno_core.testing import run_areno
+
+pytestmark = pytest.mark.usefixtures("installed_plugins_only")
+
+REPO = Path(__file__).resolve().parent.parent
+GSM8K = REPO / "data" / "gsm8k" / "train.jsonl"
+RL_LOADER = """
+def load_row(row):
+    return {"prompt": row["question"][:40], "answer": row["answer"].split("####")[-1].strip()}
+"""
+RL_REWARD = """
+def reward_fn(record):
+    text = record.completion
+    return sum(c.isdigit() for c in text) / max(len(text), 1)
+"""
+# Metrics only an asynchronous run writes (the rest must equal a synchronous run's at K = 0).
+ASYNC_ONLY = {
+    "rollout/staleness_mean",
+    "rollout/staleness_max",
+    "rollout/stale_dropped",
+    "rollout/buffered_batches",
+}
+
+
+def _timing(key: str) -> bool:
+    return key.startswith(("time/", "memory/")) or key.endswith("_per_s")
+
+
+def history(metrics_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (metrics_dir / "metrics.jsonl").open()]
+
+
+@pytest.fixture
+def rl_args(tmp_path: Path) -> list[str]:
+    rows = tmp_path / "rows.jsonl"
+    with GSM8K.open() as f:
+        rows.write_text("".join(next(f) for _ in range(24)))
+    (tmp_path / "loader.py").write_text(RL_LOADER)
+    (tmp_path / "reward.py").write_text(RL_REWARD)
+    return [
+        "train", "--algo", "grpo", "--ckpt", "random:qwen3-tiny", "--dataset-path", str(rows),
+        "--dataset-loader-fn", str(tmp_path / "loader.py"), "--reward-fn-path",
+        str(tmp_path / "reward.py"), "--batch-size", "4", "--n-samples", "4", "--mini-bs", "8",
+        "--gradient-accumulation-steps", "1", "--max-new-tokens", "8", "--lr", "1e-3",
+        "--no-activation-checkpointing",
+    ]  # fmt: skip
+
+
+def one_thread_run(*argv: str) -> None:
+    """Run ``areno`` with one torch thread here (and one in the worker), so a synchronous and
+    an asynchronous run compute with the same kernels."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_areno(*argv)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_max_staleness_zero_trains_exactly_like_synchronous_rollout(tmp_path, rl_args):
+    one_thread_run(*rl_args, "--max-steps", "3", "--metrics-log-dir", str(tmp_path / "sync"))
+    one_thread_run(
+        *rl_args, "--max-steps", "3", "--metrics-log-dir", str(tmp_path / "async"),
+        "--async-rollout", "--max-staleness", "0", "--rollout-threads", "1",
+    )  # fmt: skip
+    sync, asynchronous = history(tmp_path / "sync"), history(tmp_path / "async")
+    assert [r["step"] for r in asynchronous] == [1, 2, 3]
+    for a in asynchronous:
+        assert a["rollout/staleness_max"] == 0.0 and a["rollout/stale_dropped"] == 0.0
+        assert "train/stale_rows" not in a
+    strip = [{k: v for k, v in r.items() if not _timing(k) and k not in ASYNC_ONLY} for r in sync]
+    assert strip == [
+        {k: v for k, v in r.items() if not _timing(k) and k not in ASYNC_ONLY} for r in asynchronous
+    ]
+
+
+def test_staleness_bound_holds_and_stale_steps_use_the_decoupled_objective(tmp_path, rl_args):
+    run_areno(
+        *rl_args, "--max-steps", "4", "--metrics-log-dir", str(tmp_path / "m"),
+        "--async-rollout", "--max-staleness", "1",
+    )  # fmt: skip
+    steps = history(tmp_path / "m")
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    for r in steps:
+        # No sample older than K = 1 version is trained on, and none had to be dropped.
+        assert r["rollout/staleness_max"] <= 1.0
+        assert r["rollout/stale_dropped"] == 0.0
+        assert r["rollout/policy_lag"] >= 0.0
+        stale = r["rollout/staleness_max"] > 0
+        assert ("train/behaviour_weight_mean" in r) == stale
+        assert ("train/stale_rows" in r) == stale
+    # The first batch is sampled by the initial policy; later ones run one version behind
+    # while the trainer trains (the worker reads batch 2's rows before step 1's weights exist).
+    assert steps[0]["rollout/staleness_max"] == 0.0
+    assert any(r["rollout/staleness_max"] == 1.0 for r in steps[1:])
+    for r in steps:
+        if "train/stale_rows" in r:
+            assert r["train/stale_rows"] == r["rollout/samples"]
+            assert r["time/proximal"] > 0
+            assert 0.0 < r["train/behaviour_weight_min"] <= r["train/behaviour_weight_max"]
+
+
+@pytest.mark.slow
+def test_interpolated_proximal_logprobs_train_and_report_behaviour_weights(tmp_path, rl_args):
+    run_areno(
+        *rl_args, "--max-steps", "3", "--metrics-log-dir", str(tmp_path / "m"),
+        "--async-rollout", "--proximal-logprobs", "interpolate",
+    )  # fmt: skip
+    steps = history(tmp_path / "m")
+    stale = [r for r in steps if r["rollout/staleness_max"] > 0]
+    assert stale, "no step trained on samples of an older policy"
+    for r in stale:
+        assert "time/proximal" not in r  # no extra forward pass
+        assert r["train/behaviour_weight_mean"] > 0
+        assert torch.isfinite(torch.tensor(r["train/loss"]))
+
+
+@pytest.mark.slow
+def test_agentic_rollout_runs_in_the_worker(tmp_path):
+    run_areno(
+        "train", "--recipe", "agentic/tictactoe-cpu", "--algo", "grpo", "--max-steps", "2",
+        "--async-rollout", "--metrics-log-dir", str(tmp_path / "m"),
+    )  # fmt: skip
+    steps = history(tmp_path / "m")
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        assert r["rollout/agent_requests"] >= r["rollout/samples"] > 0
+        assert r["rollout/agent_errors"] == 0
+        assert r["rollout/staleness_max"] <= 1.0
+
+
+@pytest.mark.slow
+def test_async_run_resumes_where_it_stopped(tmp_path, rl_args):
+    run = tmp_path / "run"
+    common = [*rl_args, "--async-rollout", "--save-path", str(run), "--save-interval", "2"]
+    run_areno(*common, "--max-steps", "2")
+    run_areno(*common, "--max-steps", "4", "--resume", "auto")
+    steps = history(run / "tensorboard")
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert (run / "step_4" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_worker_that_cannot_start_ends_the_run_with_its_error(tmp_path, rl_args, capsys):
+    from areno_core.cli.main import main
+
+    # The reward file loads in the trainer but fails in the spawned worker.
+    (tmp_path / "reward.py").write_text(
+        "import multiprocessing\n"
+        "if multiprocessing.parent_process() is not None:\n"
+        "    raise RuntimeError('no reward in the worker')\n" + RL_REWARD
+    )
+    with pytest.raises(SystemExit) as info:
+        main([*rl_args, "--async-rollout", "--max-steps", "1", "--metrics-log-dir", str(tmp_path)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "the rollout worker stopped while starting" in err
+    assert "no reward in the worker" in err
+
+
+def _worker_pid(parent: int) -> int | None:
+    """The spawned rollout worker among ``parent``'s children (not the resource tracker)."""
+    children = Path(f"/proc/{parent}/task/{parent}/children")
+    if not children.exists():
+        return None
+    for pid in children.read_text().split():
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        if b"spawn_main" in cmdline:
+            return int(pid)
+    return None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_killing_the_rollout_worker_ends_the_run_with_a_clear_error(tmp_path, rl_args):
+    metrics = tmp_path / "m"
+    command = [sys.executable, "-m", "areno_core.cli.main", *rl_args, "--epochs", "1000",
+               "--async-rollout", "--metrics-log-dir", str(metrics)]  # fmt: skip
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        deadline = time.monotonic() + 240
+        worker = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (metrics / "metrics.jsonl").is_file() and (metrics / "metrics.jsonl").read_text():
+                worker = _worker_pid(proc.pid)
+                if worker is not None:
+                    break
+            time.sleep(0.2)
+        assert worker is not None, "the run never reached a trained step with a live worker"
+        os.kill(worker, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)  # no hang: the run ends by itself
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = out.decode()
+    assert proc.returncode != 0
+    assert "the rollout worker" in text and "was killed by a signal" in text, text[-2000:]
