@@ -330,12 +330,17 @@ def _check_recipe_fits(recipe: Recipe, *, check_capabilities: bool) -> None:
 
 
 def _fill_machine_defaults(cfg: RunConfig, *, given: bool) -> RunConfig:
-    """One device unless told otherwise; a machine with several GPUs gets a notice."""
+    """One device unless told otherwise (or started by torchrun); a machine with several GPUs
+    gets a notice."""
     updates: dict[str, Any] = {}
     if cfg.world_size is None:
-        updates["world_size"] = 1
+        from areno_core.train.distributed.context import launched_world_size
+
+        # Under torchrun, the launcher's WORLD_SIZE is the run's world size.
+        launched = launched_world_size()
+        updates["world_size"] = launched or 1
         gpus = machine_device_count()
-        if gpus > 1 and not given:
+        if gpus > 1 and not given and launched is None:
             logger.warning(
                 "this machine has %d GPUs; areno trains on one unless you pass --world-size "
                 "(e.g. --world-size %d)",

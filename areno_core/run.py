@@ -32,7 +32,7 @@ from areno_core.registry import Registry, get_registry
 from areno_core.resolve import ResolvedRun
 from areno_core.rewards import resolve_reward_fn
 from areno_core.rollout.base import EngineOptions
-from areno_core.rollout.runner import AgentSettings, RolloutRunner
+from areno_core.rollout.runner import AgentSettings, RolloutPlacement, RolloutRunner
 from areno_core.train.checkpoint import (
     check_resume_dataset,
     check_writable_dir,
@@ -232,16 +232,21 @@ def _reward_model_fn(model: TrainableModel, ref: str) -> Any:
     return reward_fn
 
 
-def build_rollout(plan: RunPlan, model: TrainableModel, reward_fn: Any) -> RolloutRunner:
+def build_rollout(
+    plan: RunPlan, model: TrainableModel, reward_fn: Any, backend: TrainingBackend | None = None
+) -> RolloutRunner:
     """The run's one rollout engine (``--rollout-engine``) over the policy, in a runner that
-    keeps it in step with the policy and serves training rollouts and evaluation alike."""
+    keeps it in step with the policy and serves training rollouts and evaluation alike. A
+    backend of several processes places the rollouts (its ``rollout_placement``)."""
     cfg, resolved = plan.config, plan.resolved
     assert resolved.engine is not None
+    place = getattr(backend, "rollout_placement", None)
+    placement = place(model) if place is not None else RolloutPlacement.local(model)
     # Later agent turns carry the whole conversation, so their prompts are bounded by the
     # context length rather than --max-prompt-tokens.
     context_limit = cfg.max_context_len or _model_context_len(model)
     engine = resolved.engine.create(
-        model.policy,
+        placement.policy,
         model.tokenizer,
         EngineOptions(
             max_running=cfg.max_running_prompts,
@@ -277,16 +282,24 @@ def build_rollout(plan: RunPlan, model: TrainableModel, reward_fn: Any) -> Rollo
         drop_state=cfg.drop_rollout_state,
         drop_uniform_groups=cfg.drop_uniform_groups,
         agent=agent,
+        placement=placement,
     )
 
 
-def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> LoopResult:
-    """Run ``areno train`` with already-resolved options."""
+def run_training(
+    resolved: ResolvedRun, *, registry: Registry | None = None, argv: list[str] | None = None
+) -> LoopResult | None:
+    """Run ``areno train`` with already-resolved options. ``argv`` (the command's arguments)
+    lets a backend that trains in processes it starts launch them; the result is then None
+    (the workers logged everything)."""
     registry = registry or get_registry()
     plan = plan_run(resolved, registry)
     cfg, spec = plan.config, plan.spec
     if resolved.backend is None:
         raise NotAvailableError("no installed training backend can run this configuration")
+    launch = resolved.backend.launch
+    if argv is not None and launch is not None and launch(cfg, argv):
+        return None
     backend = resolved.backend.factory(cfg, resolved.backend_config, registry)
     torch.manual_seed(cfg.seed)
     model = TrainableModel.from_ckpt(
@@ -328,7 +341,7 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         evaluate = build_loss_evaluator(plan, model, backend, kwargs)
     if spec.needs_rollout:
         reward_fn = plan.reward_fn or _reward_model_fn(model, cfg.reward_ckpt)
-        rollout = build_rollout(plan, model, reward_fn)
+        rollout = build_rollout(plan, model, reward_fn, backend)
         if plan.eval_rows is not None:
             evaluate = rollout.evaluator(plan.eval_rows, max_new_tokens=cfg.max_new_tokens)
     if main:

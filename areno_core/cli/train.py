@@ -100,4 +100,6 @@ def train(
         raise NotAvailableError(
             "the training engine is not available yet in this build of areno"
         ) from exc
-    run_training(resolved)
+    # The command line as given, for a backend that starts worker processes running it.
+    argv = (ctx.find_root().obj or {}).get("argv")
+    run_training(resolved, argv=argv)
