@@ -145,7 +145,12 @@ class DistributedBackend:
             self._skeletons["policy"] = meta_copy(model.policy)
         # The run asks for an optional reference only after setup (when it resumes), so one
         # is made now whenever the algorithm can use it; ``train`` hides it when unused.
-        if spec.accepts("reference") and model.reference is None:
+        if (
+            spec.accepts("reference")
+            and model.reference is None
+            and self._own_reference is None
+            and not self._given_reference
+        ):
             model.reference = self._frozen_copy(model)
             self._own_reference = model.reference
         if not is_sharded(model.policy):
@@ -213,7 +218,9 @@ class DistributedBackend:
     ) -> dict[str, float]:
         """Held-out loss statistics over all processes (see :meth:`LocalBackend.evaluate`)."""
         spec = self.algorithm(algorithm)
-        if spec.kind != "online":
+        if spec.kind != "online" and is_sharded(model.policy):
+            # A reference, if this algorithm needs one, must come from the sharded policy;
+            # an unsharded model is evaluated as it is (each process its share of the rows).
             self._shard_roles(model, spec, activation_checkpointing=False)
             self._use_reference(model, spec, _algorithm_config(spec, options))
         return self._local.evaluate(model, rows, algorithm=spec, **options)

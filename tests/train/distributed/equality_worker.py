@@ -77,11 +77,19 @@ def groups(step: int) -> list[TrajectoryGroup]:
     return out
 
 
+PPO = {"critic_warmup_steps": 0, "critic_lr": 1e-3}
 CASES: dict[str, dict[str, Any]] = {
-    "sft": {"data": lambda step: sft_rows(), "options": {}},
-    "dpo": {"data": lambda step: dpo_rows(), "options": {"gradient_accumulation_steps": 2}},
-    "grpo": {"data": groups, "options": {}},
-    "ppo": {"data": groups, "options": {"critic_warmup_steps": 0, "critic_lr": 1e-3}},
+    "sft": {"algo": "sft", "data": lambda step: sft_rows(), "options": {}},
+    "dpo": {
+        "algo": "dpo",
+        "data": lambda step: dpo_rows(),
+        "options": {"gradient_accumulation_steps": 2},
+    },
+    "grpo": {"algo": "grpo", "data": groups, "options": {}},
+    "ppo": {"algo": "ppo", "data": groups, "options": PPO},
+    # No KL loss and no reference given: no reference may be scored (a reference would move
+    # a KL penalty into the rewards).
+    "ppo_no_kl": {"algo": "ppo", "data": groups, "options": {**PPO, "use_kl_loss": False}},
 }
 
 
@@ -90,7 +98,7 @@ def train(backend: Any, model: TrainableModel, case: str, steps: int, lr: float)
     losses = []
     for step in range(steps):
         result = backend.train(
-            model, spec["data"](step), algorithm=case, learning_rate=lr, **OPTIONS,
+            model, spec["data"](step), algorithm=spec["algo"], learning_rate=lr, **OPTIONS,
             **spec["options"],
         )  # fmt: skip
         losses.append(result.metrics["train/loss"])

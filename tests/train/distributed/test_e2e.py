@@ -119,6 +119,27 @@ def test_two_processes_grpo_then_resume_on_one_process_continues_exactly(tmp_pat
         assert got["train/grad_norm"] == pytest.approx(want["train/grad_norm"], rel=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_one_process_checkpoint_resumes_on_two_processes(tmp_path, files):
+    """A local checkpoint (full weights and optimizer state) is sharded on resume."""
+    run, uninterrupted = tmp_path / "run", tmp_path / "uninterrupted"
+    extra = ("--algo", "ppo", "--critic-warmup-steps", "0", "--n-samples", "2", "--mini-bs", "2")
+    run_areno(*grpo_args(files, run, "--max-steps", "2", "--no-share-prefix", *extra))
+    resumed = areno_process(
+        grpo_args(files, run, "--max-steps", "3", "--world-size", "2", "--resume", "auto", *extra)
+    )
+    code, output = finish(resumed, timeout=360)
+    assert code == 0, output[-4000:]
+    run_areno(*grpo_args(files, uninterrupted, "--max-steps", "3", "--no-share-prefix", *extra))
+    assert (run / "step_3" / "sharded" / ".metadata").is_file()
+    assert_same_weights(run / "step_3", uninterrupted / "step_3")
+    assert_same_weights(run / "step_3" / "critic", uninterrupted / "step_3" / "critic")
+    for got, want in zip(history(run), history(uninterrupted), strict=True):
+        assert got["rollout/reward_mean"] == want["rollout/reward_mean"]
+        assert got["train/loss"] == pytest.approx(want["train/loss"], abs=1e-6)
+
+
 @pytest.mark.timeout(240)
 def test_rank_that_raises_ends_the_run_with_its_rank_and_error(tmp_path, files):
     started = time.monotonic()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 WORKER = Path(__file__).with_name("equality_worker.py")
-ALGOS = ("sft", "dpo", "grpo", "ppo")
+ALGOS = ("sft", "dpo", "grpo", "ppo", "ppo_no_kl")
 
 pytestmark = pytest.mark.distributed
 
