@@ -4,8 +4,9 @@ Each command below is the reference's, flag for flag. To run on a CPU in seconds
 swap the hub model for ``random:qwen3-tiny`` and hub datasets for local rows, shrink the batch
 and generation sizes, and add ``--max-steps 1 --save-path``; every ``examples/...`` path is
 used verbatim, from the repository root. Multi-device flags (``--world-size 8 --tp-size 4``)
-need eight processes, so the runs set them to 1 (their command shape is checked by a dry run);
-``--tune-params`` is not available in this build and is dropped.
+need eight processes, so the runs set them to 1 (their command shape is checked by a dry run).
+``--tune-params`` is dropped: its probes of 256 sequences of 32,768 tokens would take minutes
+on a CPU (tests/tune runs the tuner at small sizes).
 
 Besides the runs: the coding example's reward and agent, the alpaca loader, the game
 generators' command lines and the DuelGrid web UI entry point.
@@ -245,7 +246,9 @@ def test_coding_agent_command_unchanged_stops_on_unavailable_options(capsys):
         main(edit(CODING_AGENT, set_={"--ckpt": TINY}))
     assert exc.value.code == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "--tune-params: memory probing (--tune-params) is not available yet" in err
+    # The distributed backend would run 8 x 4, but not with --tune-params (one process's probe).
+    assert "no installed training backend runs --world-size 8 --tp-size 4" in err
+    assert "distributed: --tune-params probes one process's memory" in err
 
 
 def test_ppo_command_eight_processes_four_way_tensor_parallel_resolves(capsys, gsm8k_head):

@@ -97,6 +97,16 @@ def test_several_devices_without_a_backend_for_them_fail_before_any_work():
     assert dry.backend is None
 
 
+def test_distributed_backend_refuses_a_low_precision_dtype_and_tune_params():
+    with pytest.raises(NotAvailableError) as info:
+        _resolve(algo="sft", world_size=2, dtype="bfloat16")
+    assert "distributed: --dtype bfloat16: parameters stay float32 under FSDP2" in str(info.value)
+    with pytest.raises(NotAvailableError) as info:
+        _resolve(algo="sft", world_size=2, tune_params=True)
+    assert "distributed: --tune-params probes one process's memory" in str(info.value)
+    assert _resolve(algo="sft", world_size=2, dtype="float32").backend.name == "distributed"
+
+
 def test_world_size_under_torchrun_defaults_to_the_launchers(monkeypatch):
     env = {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "h"}
     for name, value in {**env, "MASTER_PORT": "1"}.items():

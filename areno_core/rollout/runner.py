@@ -16,12 +16,14 @@ the groups of all processes are gathered, in prompt order, on every process.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
 
+from areno_core.accel.memory import MIB, move_optimizer_state
 from areno_core.model import TrainableModel
 from areno_core.rewards import RewardScorer
 from areno_core.rollout.base import RolloutEngine, RolloutSession
@@ -104,6 +106,7 @@ class RolloutRunner:
         drop_uniform_groups: bool = False,
         agent: AgentSettings | None = None,
         placement: RolloutPlacement | None = None,
+        offload_optimizer: bool = False,
     ) -> None:
         self.model = model
         self.placement = placement or RolloutPlacement.local(model)
@@ -117,6 +120,7 @@ class RolloutRunner:
         self.drop_state = drop_state
         self.drop_uniform_groups = drop_uniform_groups
         self.agent = agent
+        self.offload_optimizer = offload_optimizer
         self._synced: int | None = None
 
     def sync_weights(self) -> None:
@@ -132,7 +136,7 @@ class RolloutRunner:
         """The groups of one step (``n_samples`` scored samples per row) and their metrics."""
         items = [prompt_item(step * self.batch_size + i, row) for i, row in enumerate(rows)]
         start, stop = self.placement.share(len(items))
-        with RolloutSession(self.engine, drop_state=self.drop_state):
+        with self._optimizer_offloaded(), RolloutSession(self.engine, drop_state=self.drop_state):
             if self.agent is not None:
                 groups, metrics = self._agentic(items[start:stop])
             else:
@@ -149,6 +153,10 @@ class RolloutRunner:
         groups, metrics = self.placement.gather_groups(
             groups, metrics, self.model.rollout_generator
         )
+        # What this process's engine keeps until the next step (after the gather: per process).
+        kept = getattr(self.engine, "state_bytes", None)
+        if isinstance(kept, int):
+            metrics["memory/rollout_state_mib"] = kept / MIB
         metrics["rollout/policy_lag"] = float(
             self.model.optimizer_steps - metrics.get("rollout/policy_version", 0.0)
         )
@@ -157,6 +165,22 @@ class RolloutRunner:
         if self.drop_uniform_groups:
             groups = [g for g in groups if len(set(g.rewards)) > 1]
         return groups, metrics
+
+    @contextlib.contextmanager
+    def _optimizer_offloaded(self) -> Iterator[None]:
+        """With ``offload_optimizer`` on a GPU: the optimizers' state (and float32 master
+        weights) sit in CPU memory for the rollout phase and come back before training."""
+        device = self.model.device
+        if not self.offload_optimizer or device.type == "cpu":
+            yield
+            return
+        optimizers = (self.model.optimizer, self.model.critic_optimizer)
+        moved = move_optimizer_state(optimizers, "cpu")
+        try:
+            yield
+        finally:
+            if moved:
+                move_optimizer_state(optimizers, device)
 
     def _agentic(self, items: list[Any]) -> tuple[list[TrajectoryGroup], dict[str, float]]:
         from areno_core.agentic.collect import collect_agentic_groups

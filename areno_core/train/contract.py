@@ -11,7 +11,10 @@ A backend whose work spans several processes may also provide
 ``rollout_placement(model) -> RolloutPlacement`` (:mod:`areno_core.rollout.runner`): which
 module the rollout engine samples from, how the engine gets current weights, and how each
 step's prompts are shared among the processes. Without it, the engine samples from
-``model.policy`` in this one process.
+``model.policy`` in this one process. Two more optional members: ``any_process(flag) -> bool``
+(the run asks it before each step whether Ctrl-C was pressed anywhere, so every process stops
+after the same step) and ``model_dtype(choice) -> torch.dtype`` (the dtype models load in for
+``--dtype choice``; without it, the run's choice for the device).
 """
 
 from __future__ import annotations

@@ -252,6 +252,18 @@ class DistributedBackend:
             gather=self.ctx.all_gather_objects,
         )
 
+    def any_process(self, flag: bool) -> bool:
+        """Whether ``flag`` holds in any process: the run asks it before each step whether
+        to stop (Ctrl-C), so that every process stops after the same step."""
+        return self.ctx.any_rank(flag)
+
+    def model_dtype(self, choice: str) -> torch.dtype:
+        """The dtype to load models in for ``--dtype choice``: always float32 (FSDP2's mixed
+        precision, not the parameters' dtype, makes GPU passes bfloat16)."""
+        if choice not in ("auto", "float32"):
+            raise ValueError(f"--dtype {choice}: the distributed backend keeps float32 parameters")
+        return torch.float32
+
     # -- checkpoints -----------------------------------------------------------------------
 
     def save_checkpoint(
@@ -315,6 +327,16 @@ def _quiet_logs(main: bool) -> None:
 def _check(config: Any) -> str | None:
     if config.adam_8bit:
         return "8-bit Adam (--adam-8bit) keeps state FSDP2 cannot shard; drop --adam-8bit"
+    if getattr(config, "dtype", "auto") not in ("auto", "float32"):
+        return (
+            f"--dtype {config.dtype}: parameters stay float32 under FSDP2, which computes in "
+            "bfloat16 on GPUs itself (--fsdp-mixed-precision); use --dtype auto or float32"
+        )
+    if getattr(config, "tune_params", False):
+        return (
+            "--tune-params probes one process's memory; give --max-running-prompts, "
+            "--batch-size and --mini-bs instead"
+        )
     return None
 
 

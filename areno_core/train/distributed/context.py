@@ -103,6 +103,14 @@ class DistContext:
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.dp_group)
         return tensor
 
+    def any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on any process (a collective: every process calls it)."""
+        if self.world_size == 1:
+            return flag
+        box = torch.tensor([1 if flag else 0], device=self.device)
+        dist.all_reduce(box, op=dist.ReduceOp.MAX)
+        return bool(box.item())
+
     def barrier(self) -> None:
         if self.world_size > 1:
             dist.barrier()

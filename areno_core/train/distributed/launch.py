@@ -52,6 +52,7 @@ def launch_workers(config: Any, argv: Sequence[str]) -> bool:
         # Workers share this machine's cores; without a limit each would start one thread
         # per core and they would slow each other down.
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -71,6 +72,14 @@ def launch_workers(config: Any, argv: Sequence[str]) -> bool:
         elastic_launch(launch, sys.executable)("-m", "areno_core.cli", *argv)
     except ChildFailedError as exc:
         raise WorkersFailed(describe_failure(exc.failures)) from None
+    except SignalException as exc:
+        # The launcher passed the signal on to the workers (Ctrl-C: they finish the step,
+        # save and stop; see StopOnInterrupt) and waited for them.
+        if exc.sigval == signal.SIGINT:
+            raise SystemExit(130) from None
+        raise WorkersFailed(
+            f"the launcher got {signal.Signals(exc.sigval).name} and stopped the workers"
+        ) from None
     return True
 
 

@@ -107,8 +107,12 @@ def test_two_processes_grpo_then_resume_on_one_process_continues_exactly(tmp_pat
     step2 = run / "step_2"
     assert (step2 / "sharded" / ".metadata").is_file() and not missing_files(step2)
     assert [h["rollout/samples"] for h in history(run)] == [12.0, 12.0]  # every prompt's
-    # The same command on one process from there: the local backend reads the shards.
-    run_areno(*grpo_args(files, run, "--max-steps", "4", "--resume", "auto", "--no-share-prefix"))
+    # The same command on one process from there: the local backend reads the shards (a
+    # resumed run keeps the saved --world-size unless told otherwise).
+    run_areno(
+        *grpo_args(files, run, "--max-steps", "4", "--resume", "auto", "--no-share-prefix"),
+        "--world-size", "1",
+    )  # fmt: skip
     assert_same_weights(run / "step_4", uninterrupted / "step_4")
     resumed, reference = history(run), history(uninterrupted)
     assert [h["step"] for h in resumed] == [1, 2, 3, 4]
