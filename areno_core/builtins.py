@@ -17,6 +17,10 @@ def register_rollout_engines(register: Callable[[Any], None]) -> None:
 
 @hookimpl
 def register_backends(register: Callable[[Any], None]) -> None:
+    from areno_core.train.distributed.backend import DISTRIBUTED_BACKEND
     from areno_core.train.local import LOCAL_BACKEND
 
+    # Order matters: without --backend a run takes the first that accepts it, so one process
+    # stays on the local backend unless --backend distributed is given.
     register(LOCAL_BACKEND)
+    register(DISTRIBUTED_BACKEND)

@@ -77,13 +77,16 @@ class BasicConfig:
     )
     world_size: int | None = option(
         None,
-        "Total number of devices (processes) to train on. Must be a multiple of --tp-size.",
+        "Processes (one per device) to train on. Above 1, `areno train` starts them on this "
+        "machine (the distributed backend); under torchrun the default is its WORLD_SIZE. "
+        "Must be a multiple of --tp-size.",
         validator=positive,
         default_text="1",
     )
     tp_size: int | None = option(
         None,
-        "Tensor-parallel group size.",
+        "Tensor-parallel size: processes that split each decoder layer (Qwen3, Qwen2, Llama); "
+        "--world-size / --tp-size groups of them split the batch.",
         validator=positive,
         default_text="1",
     )

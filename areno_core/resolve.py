@@ -105,6 +105,12 @@ def resolve_run(
     resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
     if resume_from is not None:
         cfg = resumed_config(cfg, resume_from, chosen, table)
+        from areno_core.train.distributed.context import launched_world_size
+
+        # Under torchrun the launcher's process count is the run's, whatever the saved run used.
+        launched = launched_world_size()
+        if launched is not None and "world_size" not in chosen:
+            cfg = cfg.replace(world_size=launched)
     cfg = _fill_machine_defaults(cfg, given="world_size" in user)
     check_consistency(cfg, explicit=chosen)
 
@@ -163,7 +169,8 @@ def resolve_run(
 
 # What a resumed run may change: how it runs and for how long, never what it trains. Any other
 # option given with --resume must equal the saved run's value (a plugin's option too, unless it
-# is declared with ``option(..., resume_may_change=True)``).
+# is declared with ``option(..., resume_may_change=True)``; a training backend's own options may
+# change, as the backend may).
 RESUME_MAY_CHANGE = frozenset(
     {
         "resume", "save_path", "save_interval", "max_steps", "epochs", "metrics_log_dir",
@@ -198,7 +205,11 @@ def resumed_config(
         now = table.coerce(name, given[name])
         if table.coerce(name, before) == now:
             continue
-        if name in RESUME_MAY_CHANGE or table.field(name).metadata.get("resume_may_change"):
+        if (
+            name in RESUME_MAY_CHANGE
+            or table.field(name).metadata.get("resume_may_change")
+            or _is_backend_option(table, name)
+        ):
             changed[name] = now
         else:
             refused.append(f"{flag(name)} {before!r} -> {now!r}")
@@ -215,6 +226,14 @@ def resumed_config(
             ", ".join(f"{flag(k)} {v!r}" for k, v in changed.items()),
         )
     return build_config({**saved, **changed, "resume": cfg.resume}, table=table)
+
+
+def _is_backend_option(table: OptionTable, name: str) -> bool:
+    """Whether only training backends declare ``name``: how a run trains, not what (the
+    backend itself may change on resume)."""
+    declared = table.declared.get(name)
+    owners = declared.owners if declared is not None else ()
+    return bool(owners) and all(o.kind == "training backend" for o in owners)
 
 
 def choose_backend(cfg: RunConfig, registry: Registry, *, required: bool = True) -> Any:
@@ -409,12 +428,17 @@ def _check_recipe_fits(recipe: Recipe, *, check_capabilities: bool) -> None:
 
 
 def _fill_machine_defaults(cfg: RunConfig, *, given: bool) -> RunConfig:
-    """One device unless told otherwise; a machine with several GPUs gets a notice."""
+    """One device unless told otherwise (or started by torchrun); a machine with several GPUs
+    gets a notice."""
     updates: dict[str, Any] = {}
     if cfg.world_size is None:
-        updates["world_size"] = 1
+        from areno_core.train.distributed.context import launched_world_size
+
+        # Under torchrun, the launcher's WORLD_SIZE is the run's world size.
+        launched = launched_world_size()
+        updates["world_size"] = launched or 1
         gpus = machine_device_count()
-        if gpus > 1 and not given:
+        if gpus > 1 and not given and launched is None:
             logger.warning(
                 "this machine has %d GPUs; areno trains on one unless you pass --world-size "
                 "(e.g. --world-size %d)",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from areno_core.registry import Registry, get_registry
 from areno_core.resolve import ResolvedRun
 from areno_core.rewards import resolve_reward_fn
 from areno_core.rollout.base import EngineOptions
-from areno_core.rollout.runner import AgentSettings, RolloutRunner
+from areno_core.rollout.runner import AgentSettings, RolloutPlacement, RolloutRunner
 from areno_core.train.checkpoint import (
     check_resume_dataset,
     check_writable_dir,
@@ -302,13 +303,18 @@ def agent_options(cfg: RunConfig) -> dict[str, Any]:
     }
 
 
-def build_rollout(plan: RunPlan, model: TrainableModel, reward_fn: Any) -> RolloutRunner:
+def build_rollout(
+    plan: RunPlan, model: TrainableModel, reward_fn: Any, backend: TrainingBackend | None = None
+) -> RolloutRunner:
     """The run's one rollout engine (``--rollout-engine``) over the policy, in a runner that
-    keeps it in step with the policy and serves training rollouts and evaluation alike."""
+    keeps it in step with the policy and serves training rollouts and evaluation alike. A
+    backend of several processes places the rollouts (its ``rollout_placement``)."""
     cfg, resolved = plan.config, plan.resolved
     assert resolved.engine is not None
+    place = getattr(backend, "rollout_placement", None)
+    placement = place(model) if place is not None else RolloutPlacement.local(model)
     engine = resolved.engine.create(
-        model.policy, model.tokenizer, engine_options(plan, model), resolved.engine_config
+        placement.policy, model.tokenizer, engine_options(plan, model), resolved.engine_config
     )
     agent = None
     if plan.agent_fn is not None:
@@ -324,19 +330,29 @@ def build_rollout(plan: RunPlan, model: TrainableModel, reward_fn: Any) -> Rollo
         drop_state=cfg.drop_rollout_state,
         drop_uniform_groups=cfg.drop_uniform_groups,
         agent=agent,
+        placement=placement,
         offload_optimizer=cfg.offload_optimizer,
     )
 
 
-def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> LoopResult:
-    """Run ``areno train`` with already-resolved options."""
+def run_training(
+    resolved: ResolvedRun, *, registry: Registry | None = None, argv: list[str] | None = None
+) -> LoopResult | None:
+    """Run ``areno train`` with already-resolved options. ``argv`` (the command's arguments)
+    lets a backend that trains in processes it starts launch them; the result is then None
+    (the workers logged everything)."""
     registry = registry or get_registry()
     plan = plan_run(resolved, registry)
     cfg, spec = plan.config, plan.spec
     if resolved.backend is None:
         raise NotAvailableError("no installed training backend can run this configuration")
+    launch = resolved.backend.launch
+    if argv is not None and launch is not None and launch(cfg, argv):
+        return None
     backend = resolved.backend.factory(cfg, resolved.backend_config, registry)
-    dtype = resolve_run_dtype(cfg.dtype, backend.device)
+    # A backend may fix the parameters' dtype itself (FSDP2 keeps float32 and mixes precision).
+    model_dtype = getattr(backend, "model_dtype", None)
+    dtype = model_dtype(cfg.dtype) if model_dtype else resolve_run_dtype(cfg.dtype, backend.device)
     attention = choose_attention(cfg.attn_backend, backend.device, dtype)
     tuned = None
     if cfg.tune_params:
@@ -388,7 +404,7 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         evaluate = build_loss_evaluator(plan, model, backend, kwargs)
     if spec.needs_rollout:
         reward_fn = plan.reward_fn or _reward_model_fn(model, cfg.reward_ckpt)
-        rollout = build_rollout(plan, model, reward_fn)
+        rollout = build_rollout(plan, model, reward_fn, backend)
         if plan.eval_rows is not None:
             evaluate = rollout.evaluator(plan.eval_rows, max_new_tokens=cfg.max_new_tokens)
         if cfg.async_rollout:  # rollouts from a worker process; evaluation stays here
@@ -420,7 +436,7 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
                 save_interval=cfg.save_interval,
                 evaluate=evaluate,
                 eval_interval=cfg.eval_interval,
-                stop_requested=lambda: interrupt.requested,
+                stop_requested=_stop_check(backend, interrupt),
                 memory=PhaseMemory(MemoryMeter(backend.device)),
             )
     finally:
@@ -439,6 +455,15 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         if result.interrupted:
             _print_interrupted(result, cfg, max_steps)
     return result
+
+
+def _stop_check(backend: Any, interrupt: StopOnInterrupt) -> Callable[[], bool]:
+    """Whether to stop before the next step. A backend of several processes may agree on it
+    (``any_process``), so that they all stop after the same step."""
+    agree = getattr(backend, "any_process", None)
+    if agree is None:
+        return lambda: interrupt.requested
+    return lambda: bool(agree(interrupt.requested))
 
 
 class StopOnInterrupt:

@@ -46,6 +46,11 @@ class SamplingParams:
     greedy: bool = False
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    prompt_offset: int = 0
+    """Where this call's first prompt sits in a larger batch that several processes share:
+    prompt ``i`` of the call draws the random numbers of prompt ``prompt_offset + i``, so a batch
+    split over data-parallel ranks samples what one process would. Engines whose random
+    streams are not keyed by request may ignore it."""
 
 
 @attrs.frozen

@@ -56,6 +56,9 @@ test_all() {
   "$PY" -m ruff format --check .
   "$PY" -m areno_core.docs_gen --check
   "$PY" -m pytest -q -p no:cacheprovider "$@"
+  # Distributed training: several processes each (gloo on this CPU), so kept out of the run
+  # above and run here on their own.
+  "$PY" -m pytest -q -p no:cacheprovider -m "distributed and not slow" tests/train/distributed
   # The smoke matrix: one tiny CPU recipe per algorithm, gates checked by code.
   "$PY" -m areno_smoke
   # The agentic pack's internal CPU recipes: every agentic path through the local endpoint.

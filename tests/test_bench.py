@@ -116,3 +116,21 @@ def test_async_bench_runs_both_sides_and_reports_accuracy_and_cpu_time(tmp_path)
         assert 0.0 <= run["accuracy"] <= 1.0
     assert runs["async"][0]["time/weight_sync"] >= 0  # only the worker side publishes weights
     assert "time/weight_sync" not in runs["sync"][0]
+
+
+def test_distributed_child_reports_sharded_state_peak_memory_and_step_time(model_dir) -> None:
+    # One process (world1): the torchrun side is covered by tests/train/distributed.
+    result = child_result(
+        bench(
+            "bench_distributed.py", "--child", "world1", "--model-dir", str(model_dir),
+            "--batch", "4", "--micro-bs", "2", "--steps", "1", "--warmup", "1",
+            "--max-tokens", "32",
+        )
+    )  # fmt: skip
+    assert result["world"] == 1 and result["rank"] == 0
+    assert result["step_s"] > 0 and result["cpu_s_per_step"] > 0
+    # fp32 parameters of the tiny model, and two AdamW moments of the same size
+    assert result["param_mib"] == pytest.approx(result["parameters"] * 4 / 2**20, rel=0.01)
+    assert result["optimizer_mib"] == pytest.approx(2 * result["param_mib"], rel=0.01)
+    assert result["peak_step_rss_mib"] >= result["held_rss_mib"] > 100  # torch alone takes more
+    assert len(result["losses"]) == 2

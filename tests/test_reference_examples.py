@@ -4,9 +4,9 @@ Each command below is the reference's, flag for flag. To run on a CPU in seconds
 swap the hub model for ``random:qwen3-tiny`` and hub datasets for local rows, shrink the batch
 and generation sizes, and add ``--max-steps 1 --save-path``; every ``examples/...`` path is
 used verbatim, from the repository root. Multi-device flags (``--world-size 8 --tp-size 4``)
-are not available in this build, so those are set to 1. ``--tune-params`` is dropped: its
-probes of 256 sequences of 32,768 tokens would take minutes on a CPU (tests/tune runs the
-tuner at small sizes).
+need eight processes, so the runs set them to 1 (their command shape is checked by a dry run).
+``--tune-params`` is dropped: its probes of 256 sequences of 32,768 tokens would take minutes
+on a CPU (tests/tune runs the tuner at small sizes).
 
 Besides the runs: the coding example's reward and agent, the alpaca loader, the game
 generators' command lines and the DuelGrid web UI entry point.
@@ -246,7 +246,20 @@ def test_coding_agent_command_unchanged_stops_on_unavailable_options(capsys):
         main(edit(CODING_AGENT, set_={"--ckpt": TINY}))
     assert exc.value.code == 2
     err = " ".join(capsys.readouterr().err.split())
+    # The distributed backend would run 8 x 4, but not with --tune-params (one process's probe).
     assert "no installed training backend runs --world-size 8 --tp-size 4" in err
+    assert "distributed: --tune-params probes one process's memory" in err
+
+
+def test_ppo_command_eight_processes_four_way_tensor_parallel_resolves(capsys, gsm8k_head):
+    argv = edit(PPO, set_={
+        "--ckpt": TINY, "--ref-ckpt": TINY, "--reward-ckpt": TINY, "--critic-ckpt": TINY,
+        "--dataset-path": str(gsm8k_head),
+    })  # fmt: skip
+    main([*argv, "--dry-run"])
+    out = capsys.readouterr().out
+    assert "world_size: 8" in out and "tp_size: 4" in out
+    assert "dist_timeout_s: 1800.0" in out  # the distributed backend's own options
 
 
 # -- generators and the web UI ---------------------------------------------------------------

@@ -70,20 +70,49 @@ def test_reward_model_for_an_algorithm_without_the_role_is_an_error():
     assert _resolve(algo="ppo", reward_ckpt="some/model").config.reward_ckpt == "some/model"
 
 
+def test_several_devices_resolve_to_the_distributed_backend():
+    resolved = _resolve(algo="sft", world_size=8, tp_size=4)
+    assert resolved.backend.name == "distributed"
+    assert resolved.to_dict()["basic"]["world_size"] == 8
+    assert _resolve(algo="sft").backend.name == "local"  # one process stays local
+    assert _resolve(algo="sft", backend="distributed").backend.name == "distributed"
+
+
 def test_several_devices_without_a_backend_for_them_fail_before_any_work():
     with pytest.raises(NotAvailableError) as info:
-        _resolve(algo="sft", world_size=2)
+        _resolve(algo="sft", world_size=2, adam_8bit=True)
     text = str(info.value)
     assert "no installed training backend runs --world-size 2 --tp-size 1" in text
     assert "local: it trains in one process on one device" in text
+    assert "distributed: 8-bit Adam (--adam-8bit) keeps state FSDP2 cannot shard" in text
     with pytest.raises(NotAvailableError, match="--backend local cannot run this configuration"):
         _resolve(algo="sft", world_size=2, backend="local")
     with pytest.raises(ConfigError, match="unknown training backend 'locl'. Did you mean 'local'"):
         _resolve(algo="sft", backend="locl")
     dry = resolve_run(
-        {**BASE, "algo": "sft", "world_size": 2}, registry=get_registry(), check_capabilities=False
+        {**BASE, "algo": "sft", "world_size": 2, "adam_8bit": True},
+        registry=get_registry(),
+        check_capabilities=False,
     )
     assert dry.backend is None
+
+
+def test_distributed_backend_refuses_a_low_precision_dtype_and_tune_params():
+    with pytest.raises(NotAvailableError) as info:
+        _resolve(algo="sft", world_size=2, dtype="bfloat16")
+    assert "distributed: --dtype bfloat16: parameters stay float32 under FSDP2" in str(info.value)
+    with pytest.raises(NotAvailableError) as info:
+        _resolve(algo="sft", world_size=2, tune_params=True)
+    assert "distributed: --tune-params probes one process's memory" in str(info.value)
+    assert _resolve(algo="sft", world_size=2, dtype="float32").backend.name == "distributed"
+
+
+def test_world_size_under_torchrun_defaults_to_the_launchers(monkeypatch):
+    env = {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "h"}
+    for name, value in {**env, "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    resolved = _resolve(algo="sft")
+    assert resolved.config.world_size == 4 and resolved.backend.name == "distributed"
 
 
 def test_machine_with_several_gpus_defaults_to_one_device_with_a_notice(monkeypatch, caplog):

@@ -124,3 +124,26 @@ def test_every_prompt_too_long_is_refused_before_the_model_loads(tmp_path, capsy
     assert "every prompt of --dataset-path" in err and "(256 rows) is longer than" in err
     assert "--max-prompt-tokens 8 (the shortest has" in err
     assert not (tmp_path / "r").exists()
+
+
+def test_resume_keeps_world_size_unless_given_and_lets_backend_options_change(
+    tmp_path, capsys, monkeypatch
+):
+    run = tmp_path / "run"
+    run_areno(*_sft(run), "--max-steps", "1")
+    capsys.readouterr()
+    # A training backend's own option says how to train, not what: it may change on resume.
+    resume = ["train", "--save-path", str(run), "--resume", "auto", "--max-steps", "2"]
+    main([*resume, "--no-share-prefix", "--dry-run"])
+    out = yaml.safe_load(capsys.readouterr().out)
+    assert out["basic"]["world_size"] == 1 and out["backend"]["share_prefix"] is False
+    main([*resume, "--world-size", "2", "--dist-timeout-s", "60", "--dry-run"])
+    out = yaml.safe_load(capsys.readouterr().out)
+    assert out["basic"]["world_size"] == 2 and out["backend"]["dist_timeout_s"] == 60.0
+    # Under torchrun (its environment), the launcher's process count is the world size.
+    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "3",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    main([*resume, "--dry-run"])
+    out = yaml.safe_load(capsys.readouterr().out)
+    assert out["basic"]["world_size"] == 3

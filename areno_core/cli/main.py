@@ -36,8 +36,10 @@ def cli(verbose: int) -> None:
         handlers=[RichHandler(console=err_console, show_path=False)],
         force=True,
     )
-    # Library loggers live under "areno"; keep third-party noise at WARNING.
-    logging.getLogger("areno").setLevel(min(level, logging.INFO))
+    # Library loggers live under "areno"; keep third-party noise at WARNING. A worker of a
+    # distributed run other than rank 0 reports errors only: rank 0 speaks for the run.
+    worker = os.environ.get("RANK", "0") != "0" and "LOCAL_RANK" in os.environ
+    logging.getLogger("areno").setLevel(logging.ERROR if worker else min(level, logging.INFO))
     try:  # transformers' own per-file progress bars would interleave with ours
         from transformers.utils import logging as hf_logging
 
@@ -59,8 +61,9 @@ _register_commands()
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: user errors print one clear line, no traceback."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        cli.main(args=argv, prog_name="areno", standalone_mode=False)
+        cli.main(args=args, prog_name="areno", standalone_mode=False, obj={"argv": args})
     except click.exceptions.Abort:
         err_console.print("Aborted.")
         sys.exit(130)
@@ -69,10 +72,22 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except ArenoError as exc:
         err_console.print(f"[bold red]Error:[/] {exc}", highlight=False, soft_wrap=True)
+        _report_to_launcher(exc)
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("Interrupted.")
         sys.exit(130)
+    except Exception as exc:
+        _report_to_launcher(exc)
+        raise
+
+
+def _report_to_launcher(exc: BaseException) -> None:
+    """A worker of a distributed run leaves its error where torch's launcher reports it."""
+    if "TORCHELASTIC_ERROR_FILE" in os.environ:
+        from areno_core.train.distributed.launch import record_worker_error
+
+        record_worker_error(exc)
 
 
 if __name__ == "__main__":

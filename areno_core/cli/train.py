@@ -102,5 +102,8 @@ def train(
         raise NotAvailableError(
             "the training engine is not available yet in this build of areno"
         ) from exc
-    if run_training(resolved, registry=registry).interrupted:
+    # The command line as given, for a backend that starts worker processes running it.
+    argv = (ctx.find_root().obj or {}).get("argv")
+    result = run_training(resolved, registry=registry, argv=argv)
+    if result is not None and result.interrupted:  # None: the workers it launched trained
         raise SystemExit(130)

@@ -90,6 +90,12 @@ def check_async_options(cfg: RunConfig, spec: AlgorithmSpec, explicit: set[str])
             f"--async-rollout runs rollout in a worker process, but --algo {spec.name} trains "
             "on dataset rows and has no rollout"
         )
+    if cfg.world_size > 1:
+        raise ConfigError(
+            f"--async-rollout runs one training process beside its rollout worker; "
+            f"--world-size {cfg.world_size} is not supported with it yet (use --world-size 1, "
+            "or synchronous rollout with several processes)"
+        )
     if cfg.max_staleness > 0 and not spec.decoupled:
         raise ConfigError(
             f"--algo {spec.name} does not declare the decoupled objective, so it cannot "

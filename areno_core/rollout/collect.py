@@ -150,3 +150,37 @@ def rollout_metrics(
         }
     )
     return metrics
+
+
+def merge_rollout_metrics(
+    per_rank: Sequence[dict[str, float]], groups: Sequence[TrajectoryGroup]
+) -> dict[str, float]:
+    """The ``rollout/*`` and ``time/*`` metrics of a step whose prompts were shared by several
+    processes: ``per_rank`` are each process's metrics, ``groups`` every group of the step.
+
+    The statistics of :func:`rollout_metrics` are recomputed over all ``groups``; of the other
+    keys, ``time/*`` take the slowest process, ``*_max`` / ``*_min`` the extreme, ``*_mean`` the
+    mean weighted by each process's ``rollout/samples``, and the rest (counts) the sum.
+    """
+    merged = rollout_metrics(
+        groups,
+        skipped=int(sum(m.get("rollout/skipped_prompts", 0.0) for m in per_rank)),
+        reward_errors=int(sum(m.get("rollout/reward_errors", 0.0) for m in per_rank)),
+    )
+    weights = [m.get("rollout/samples", 0.0) for m in per_rank]
+    keys = [k for m in per_rank for k in m if k not in merged]
+    for key in dict.fromkeys(keys):
+        present = [(m[key], w) for m, w in zip(per_rank, weights, strict=True) if key in m]
+        values = [v for v, _ in present]
+        if key.startswith("time/") or key.endswith("_max"):
+            merged[key] = max(values)
+        elif key.endswith("_min"):
+            merged[key] = min(values)
+        elif key.endswith("_mean"):
+            total = sum(w for _, w in present)
+            merged[key] = (
+                sum(v * w for v, w in present) / total if total else sum(values) / len(values)
+            )
+        else:
+            merged[key] = sum(values)
+    return merged

@@ -33,7 +33,9 @@ off. The static step computes what the eager step computes, up to rounding.
 
 Random numbers are a hash of ``(seed, request, token index)``, so a request samples the same
 tokens whatever else runs in its batch and whatever ``max_running`` is (up to floating-point
-differences between batch shapes).
+differences between batch shapes). A request is numbered by its prompt's place in the whole
+step's batch (``SamplingParams.prompt_offset`` plus its index in the call), so data-parallel
+ranks that each sample a share of the prompts draw what one process would.
 """
 
 from __future__ import annotations
@@ -452,7 +454,10 @@ class _Generation:
         self.skip_ahead = skip_ahead  # memory probes only: see NativeEngine.probe_memory
         kept_arr = np.asarray(kept, dtype=np.int64)
         self.req_prompt = np.repeat(kept_arr, n)
-        self.req_key = self.req_prompt * n + np.tile(np.arange(n, dtype=np.int64), len(kept))
+        # Keyed by the prompt's place in the whole batch (``prompt_offset``), so a share of a
+        # batch samples what the whole batch would.
+        global_prompt = self.req_prompt + sampling.prompt_offset
+        self.req_key = global_prompt * n + np.tile(np.arange(n, dtype=np.int64), len(kept))
         self.prompt_len = np.zeros(len(prompts), dtype=np.int64)
         self.prompt_len[kept_arr] = [len(prompts[i]) for i in kept]
         req_len = self.prompt_len[self.req_prompt]

@@ -6,6 +6,12 @@ The run builds one :class:`RolloutRunner` over one engine. The loop calls
 engine the policy whenever ``model.optimizer_steps`` moved, with that count as the version),
 then calls the runner for each step's rows. Every rollout and every evaluation runs inside a
 :class:`~areno_core.rollout.base.RolloutSession`.
+
+When training spans several processes, the backend's :class:`RolloutPlacement` says which
+module the engine samples from (a full copy of the sharded policy), what ``sync_weights``
+hands it, and how the prompts are shared: each process samples a contiguous block of the
+step's prompts (every sample of a prompt in one process, so group advantages stay exact) and
+the groups of all processes are gathered, in prompt order, on every process.
 """
 
 from __future__ import annotations
@@ -21,8 +27,55 @@ from areno_core.accel.memory import MIB, move_optimizer_state
 from areno_core.model import TrainableModel
 from areno_core.rewards import RewardScorer
 from areno_core.rollout.base import RolloutEngine, RolloutSession
-from areno_core.rollout.collect import collect_groups, prompt_item
+from areno_core.rollout.collect import collect_groups, merge_rollout_metrics, prompt_item
 from areno_core.types import SamplingParams, TrajectoryGroup
+
+
+@attrs.frozen
+class RolloutPlacement:
+    """Where a run's rollouts run (a training backend may provide one: ``rollout_placement``).
+
+    ``policy``: the module the engine is created on; ``weights()``: what ``sync_weights``
+    hands the engine (every process calls it at the same points, so it may be a collective);
+    ``rank`` / ``size``: this process's place among the processes that share each step's
+    prompts; ``gather(obj)``: every process's ``obj``, in rank order (a collective).
+    """
+
+    policy: Any
+    weights: Callable[[], Any]
+    rank: int = 0
+    size: int = 1
+    gather: Callable[[Any], list[Any]] | None = None
+
+    @classmethod
+    def local(cls, model: TrainableModel) -> RolloutPlacement:
+        """One process sampling from the policy module itself (no copy, free syncs)."""
+        return cls(model.policy, lambda: model.policy)
+
+    def share(self, count: int) -> tuple[int, int]:
+        """The ``[start, stop)`` block of ``count`` prompts this process samples."""
+        return share_bounds(count, self.rank, self.size)
+
+    def gather_groups(
+        self, groups: list[TrajectoryGroup], metrics: dict[str, float], generator: Any = None
+    ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+        """Every process's groups (in prompt order) and their merged metrics. The random
+        generator, when given, takes rank 0's state everywhere, so later draws agree."""
+        if self.size == 1 or self.gather is None:
+            return groups, metrics
+        state = generator.get_state() if generator is not None else None
+        parts = self.gather((groups, metrics, state))
+        every = [g for part in parts for g in part[0]]
+        if generator is not None:
+            generator.set_state(parts[0][2])
+        return every, merge_rollout_metrics([part[1] for part in parts], every)
+
+
+def share_bounds(count: int, rank: int, size: int) -> tuple[int, int]:
+    """Contiguous, balanced blocks: rank ``r`` of ``size`` gets ``[start, stop)`` of ``count``."""
+    base, extra = divmod(count, size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
 
 
 @attrs.define
@@ -52,9 +105,11 @@ class RolloutRunner:
         drop_state: bool = False,
         drop_uniform_groups: bool = False,
         agent: AgentSettings | None = None,
+        placement: RolloutPlacement | None = None,
         offload_optimizer: bool = False,
     ) -> None:
         self.model = model
+        self.placement = placement or RolloutPlacement.local(model)
         self.engine = engine
         self.sampling = sampling
         self.n_samples = n_samples
@@ -72,7 +127,7 @@ class RolloutRunner:
         """Hand the engine the policy if it changed since the last sync (or never was)."""
         version = self.model.optimizer_steps
         if self._synced != version:
-            self.engine.sync_weights(self.model.policy, version=version)
+            self.engine.sync_weights(self.placement.weights(), version=version)
             self._synced = version
 
     def __call__(
@@ -80,21 +135,26 @@ class RolloutRunner:
     ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
         """The groups of one step (``n_samples`` scored samples per row) and their metrics."""
         items = [prompt_item(step * self.batch_size + i, row) for i, row in enumerate(rows)]
+        start, stop = self.placement.share(len(items))
         with self._optimizer_offloaded(), RolloutSession(self.engine, drop_state=self.drop_state):
             if self.agent is not None:
-                groups, metrics = self._agentic(items)
+                groups, metrics = self._agentic(items[start:stop])
             else:
                 groups, metrics = collect_groups(
-                    items,
+                    items[start:stop],
                     engine=self.engine,
                     tokenizer=self.model.tokenizer,
-                    sampling=self.sampling,
+                    sampling=attrs.evolve(self.sampling, prompt_offset=start),
                     n_samples=self.n_samples,
                     scorer=self.scorer,
                     disable_thinking=self.disable_thinking,
                     generator=self.model.rollout_generator,
                 )
-        kept = getattr(self.engine, "state_bytes", None)  # what the engine keeps until next step
+        groups, metrics = self.placement.gather_groups(
+            groups, metrics, self.model.rollout_generator
+        )
+        # What this process's engine keeps until the next step (after the gather: per process).
+        kept = getattr(self.engine, "state_bytes", None)
         if isinstance(kept, int):
             metrics["memory/rollout_state_mib"] = kept / MIB
         metrics["rollout/policy_lag"] = float(
@@ -141,7 +201,7 @@ class RolloutRunner:
             timeout_s=agent.timeout_s,
             generator=self.model.rollout_generator,
             max_concurrency=agent.max_concurrency,
-            model=self.model.policy,
+            model=self.placement.policy,
         )
         # Every turn of this step was served by the engine at its current version.
         version = self.engine.policy_version
@@ -166,6 +226,7 @@ class RolloutRunner:
             reward_fn=self.reward_fn,
             max_new_tokens=max_new_tokens,
             disable_thinking=self.disable_thinking,
+            placement=self.placement,
         )
 
         def run() -> dict[str, float]:

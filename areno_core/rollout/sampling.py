@@ -58,6 +58,8 @@ def validate_sampling(params: SamplingParams) -> None:
         raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
     if params.top_k < -1:
         raise ValueError(f"top_k must be -1 (disabled) or a positive integer, got {params.top_k}")
+    if params.prompt_offset < 0:
+        raise ValueError(f"prompt_offset must be >= 0, got {params.prompt_offset}")
 
 
 def apply_top_k_top_p(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0) -> torch.Tensor:

@@ -3,8 +3,18 @@
 A backend owns how training runs: devices and processes, microbatching, the optimizer, and how
 checkpoints are written and read. The run picks one by ``--backend`` (or the first registered
 backend whose ``check`` accepts the run's ``--world-size``/``--tp-size``) and then only uses the
-members of :class:`TrainingBackend`. ``LocalBackend`` (one process) is the built-in one; others
-register a :class:`BackendSpec` through the ``register_backends`` hook.
+members of :class:`TrainingBackend`. ``LocalBackend`` (one process) and ``DistributedBackend``
+(several processes, :mod:`areno_core.train.distributed`) are built in; others register a
+:class:`BackendSpec` through the ``register_backends`` hook.
+
+A backend whose work spans several processes may also provide
+``rollout_placement(model) -> RolloutPlacement`` (:mod:`areno_core.rollout.runner`): which
+module the rollout engine samples from, how the engine gets current weights, and how each
+step's prompts are shared among the processes. Without it, the engine samples from
+``model.policy`` in this one process. Two more optional members: ``any_process(flag) -> bool``
+(the run asks it before each step whether Ctrl-C was pressed anywhere, so every process stops
+after the same step) and ``model_dtype(choice) -> torch.dtype`` (the dtype models load in for
+``--dtype choice``; without it, the run's choice for the device).
 """
 
 from __future__ import annotations
@@ -85,6 +95,9 @@ def _any_shape(config: RunConfig) -> str | None:
     return None
 
 
+Launcher = Callable[["RunConfig", Sequence[str]], bool]
+
+
 @attrs.frozen
 class BackendSpec:
     """What a training-backend plugin registers (``register_backends``).
@@ -93,6 +106,12 @@ class BackendSpec:
     config, an instance of ``config_cls`` (the backend's own options, which become
     ``areno train`` flags) and the run's registry. ``check(config)`` says why this backend
     cannot run a config (for example more than one device), or returns None.
+
+    ``launch(config, argv)``, when given, starts the processes the backend trains in: the run
+    calls it after every check of the run passed, with the command's ``areno`` arguments
+    (``argv``, for example ``["train", "--algo", "sft", ...]``). It returns True when it ran
+    the training in processes it started (and they finished), False when training should go on
+    in the calling process (for example because that process is one of the workers already).
     """
 
     name: str
@@ -100,12 +119,15 @@ class BackendSpec:
     factory: Callable[[RunConfig, Any, Registry], TrainingBackend]
     config_cls: type = NoOptions
     check: Callable[[RunConfig], str | None] = _any_shape
+    launch: Launcher | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.name or self.name != self.name.strip() or "/" in self.name:
             raise ValueError(f"backend name {self.name!r} must be a non-empty word")
         if not callable(self.factory):
             raise TypeError(f"backend {self.name!r}: factory must be callable")
+        if self.launch is not None and not callable(self.launch):
+            raise TypeError(f"backend {self.name!r}: launch must be callable or None")
 
     def make_config(self, options: Any) -> Any:
         """Its config from a mapping or object of run options (declared fields only)."""

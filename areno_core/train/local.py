@@ -44,12 +44,8 @@ from areno_core.train.offpolicy import (
     with_behaviour,
     with_proximal,
 )
-from areno_core.train.optim import (
-    build_optimizer,
-    build_scheduler,
-    clip_grad_norm,
-    gradient_tensors,
-)
+from areno_core.train.optim import build_optimizer, build_scheduler, gradient_tensors
+from areno_core.train.placement import SingleProcess, UpdatePlacement, padded_passes
 from areno_core.types import TrainResult, Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -84,7 +80,9 @@ class LocalBackend:
     """Trains in this process, on CPU or one GPU (see the module docstring).
 
     ``share_prefix``: see :class:`LocalBackendConfig`. ``registry`` looks up algorithms by name
-    (default: the process-wide registry of installed plugins).
+    (default: the process-wide registry of installed plugins). ``placement`` decides which
+    process runs which passes of a step (default: all of them here; the distributed backend
+    passes its data-parallel placement, see :mod:`areno_core.train.placement`).
     """
 
     is_main_process = True
@@ -95,10 +93,12 @@ class LocalBackend:
         device: str | None = None,
         share_prefix: bool = True,
         registry: Registry | None = None,
+        placement: UpdatePlacement | None = None,
     ) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.share_prefix = share_prefix
         self._registry = registry
+        self.placement: UpdatePlacement = placement or SingleProcess()
 
     def algorithm(self, algorithm: str | AlgorithmSpec) -> AlgorithmSpec:
         """The spec of ``algorithm`` (a registered name, or a spec used as it is)."""
@@ -254,6 +254,8 @@ class LocalBackend:
         micro_rows = max(unit, mini_bs // unit * unit)
         ordered = sort_by_length(everything, batch["lengths"], unit)[0]
         micros = [ordered[i : i + micro_rows] for i in range(0, len(ordered), micro_rows)]
+        layout = self.placement.layout(micros, lambda m: m, unit, batch["lengths"])
+        passes = padded_passes(layout, self.placement.rank)
         all_tokens = batch["loss_mask"].sum().clamp(min=1.0).to(device)
         all_rows = torch.tensor(float(len(ordered)), device=device)
         policy = model.policy
@@ -264,8 +266,8 @@ class LocalBackend:
         maxs: dict[str, float] = {}
         loss_sum = 0.0
         try:
-            for micro in micros:
-                mb = _to_device(select_rows(batch, micro), device)
+            for micro in passes:
+                mb = _to_device(select_rows(batch, micro or list(range(unit))), device)
                 mb["group_loss_tokens"] = all_tokens
                 mb["group_sequences"] = all_rows
                 outputs = policy_outputs(
@@ -276,10 +278,14 @@ class LocalBackend:
                     share_prefix=self.share_prefix,
                 )
                 loss, stats = spec.loss(outputs, mb, config)
-                loss_sum += float(loss)
-                _merge_stats(stats, totals, mins, maxs)
+                if micro:  # an empty pass only keeps the processes in step
+                    loss_sum += float(loss)
+                    _merge_stats(stats, totals, mins, maxs)
         finally:
             policy.train(was_training)
+        losses = [loss_sum]
+        self.placement.reduce_stats(totals, mins, maxs, losses)
+        loss_sum = losses[0]
         metrics = {**totals, **mins, **maxs, "train/loss": loss_sum}
         return {"eval/" + key.split("/", 1)[1]: value for key, value in metrics.items()} | skipped
 
@@ -292,7 +298,7 @@ class LocalBackend:
     ) -> torch.Tensor:
         """Per-token logprobs of the frozen reference over ``batch`` ([B, T], on the CPU)."""
         reference = model.ensure_reference()
-        return _score(
+        return self.placement.score(
             batch,
             plan,
             model.device,
@@ -421,9 +427,16 @@ class LocalBackend:
 
     def load_checkpoint(self, model: TrainableModel, path: str | Path) -> dict[str, Any]:
         """Restore weights, optimizer, scheduler, counters and random streams of ``model``
-        (call :meth:`setup` first, so the optimizers exist); return the trainer state."""
+        (call :meth:`setup` first, so the optimizers exist); return the trainer state. A
+        checkpoint of the distributed backend (any world size) loads too."""
         from areno_core.train.checkpoint import load_checkpoint
+        from areno_core.train.distributed.checkpoint import (
+            is_sharded_checkpoint,
+            load_training_checkpoint,
+        )
 
+        if is_sharded_checkpoint(path):
+            return load_training_checkpoint(model, path)
         state = load_checkpoint(
             path,
             model=model.policy,
@@ -465,7 +478,7 @@ class LocalBackend:
         proximal_version = model.optimizer_steps
         critic = model.ensure_critic() if "critic" in spec.roles else None
         if critic is not None:
-            batch["values"] = _score(
+            batch["values"] = self.placement.score(
                 batch, score_plan, device, lambda mb: value_outputs(critic, mb)
             )
         if spec.advantages is not None:
@@ -479,15 +492,18 @@ class LocalBackend:
             accumulation,
             model.generator,
         )
-        steps = [sort_by_length(s, batch["lengths"], prepared.unit_rows) for s in steps]
         policy = model.policy
         piece_cost = _piece_cost(policy, device) if spec.kind == "supervised" else None
-        if piece_cost is not None:
-            lengths = batch["lengths"]
-            steps = [
-                [piece for micro in s for piece in split_by_padding(micro, lengths, piece_cost)]
-                for s in steps
-            ]
+        lengths, unit = batch["lengths"], prepared.unit_rows
+
+        def plan_passes(micros: list[list[int]]) -> list[list[int]]:
+            micros = sort_by_length(micros, lengths, unit)
+            if piece_cost is None:
+                return micros
+            return [piece for m in micros for piece in split_by_padding(m, lengths, piece_cost)]
+
+        # Every data-parallel rank's passes of every step (one rank: all of them, here).
+        layouts = [self.placement.layout(s, plan_passes, unit, lengths) for s in steps]
         policy.train()
         if critic is not None:
             critic.train()
@@ -497,15 +513,15 @@ class LocalBackend:
         grad_norms, losses = [], []
         target_tokens = 0.0
         t0 = time.perf_counter()
-        for step_rows in steps:
+        for step_rows, layout in zip(steps, layouts, strict=True):
             flat = [r for micro in step_rows for r in micro]
             index = torch.tensor(flat)
             group_tokens = batch["loss_mask"][index].sum().clamp(min=1.0)
             group_rows = torch.tensor(float(len(flat)))
             target_tokens += float(group_tokens)
             step_loss = torch.zeros((), dtype=torch.float64)
-            for micro in step_rows:
-                mb = _to_device(select_rows(batch, micro), device)
+            for micro in padded_passes(layout, self.placement.rank):
+                mb = _to_device(select_rows(batch, micro or list(range(unit))), device)
                 mb["group_loss_tokens"] = group_tokens.to(device)
                 mb["group_sequences"] = group_rows.to(device)
                 outputs = policy_outputs(
@@ -525,10 +541,13 @@ class LocalBackend:
                         current_version=model.optimizer_steps,
                     )
                 loss, stats = spec.loss(outputs, mb, config)
+                if not micro:  # an empty pass only keeps the processes in step
+                    (loss * 0.0).backward()
+                    continue
                 loss.backward()
                 step_loss += loss.detach().double().cpu()
                 _merge_stats(stats, totals, mins, maxs)
-            norm = clip_grad_norm(
+            norm = self.placement.clip_grad_norm(
                 gradient_tensors(model.optimizer, policy.parameters()), grad_clip_norm
             )
             if train_actor:
@@ -537,7 +556,7 @@ class LocalBackend:
                 model.optimizer_steps += 1
             model.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
             if critic is not None:
-                clip_grad_norm(
+                self.placement.clip_grad_norm(
                     gradient_tensors(model.critic_optimizer, critic.parameters()),
                     grad_clip_norm,
                 )
@@ -546,6 +565,7 @@ class LocalBackend:
             grad_norms.append(float(norm))
             losses.append(float(step_loss))
         elapsed = time.perf_counter() - t0
+        self.placement.reduce_stats(totals, mins, maxs, losses)
         n_steps = len(steps)
         metrics = {k: v / n_steps for k, v in totals.items()}
         metrics.update(mins)
@@ -559,7 +579,7 @@ class LocalBackend:
                 "train/target_tokens": target_tokens,
                 "train/tokens_per_s": float(batch["lengths"].sum()) / max(elapsed, 1e-9),
                 "train/padding_fraction": padding_fraction(
-                    [m for s in steps for m in s], batch["lengths"]
+                    [p for layout in layouts for passes in layout for p in passes if p], lengths
                 ),
             }
         )
@@ -595,7 +615,7 @@ class LocalBackend:
         was_training = policy.training
         policy.eval()
         try:
-            proximal = _score(
+            proximal = self.placement.score(
                 batch,
                 plan,
                 model.device,
@@ -650,19 +670,6 @@ def _piece_cost(model: Any, device: torch.device) -> int | None:
 def _score_plan(lengths: torch.Tensor, mini_bs: int) -> list[list[int]]:
     order = torch.argsort(lengths).tolist()
     return [order[i : i + mini_bs] for i in range(0, len(order), mini_bs)]
-
-
-@torch.no_grad()
-def _score(
-    batch: dict[str, Any], plan: list[list[int]], device: torch.device, fn: Any
-) -> torch.Tensor:
-    """Run a no-grad scorer over the batch in length-sorted microbatches; [B, T] on CPU."""
-    out = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)
-    for rows in plan:
-        mb = _to_device(select_rows(batch, rows), device)
-        values = fn(mb).float().cpu()
-        out[torch.tensor(rows), : values.shape[1]] = values
-    return out
 
 
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:

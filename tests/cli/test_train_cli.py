@@ -59,7 +59,10 @@ def test_train_unknown_algo_lists_registered_ones(capsys, toy_registry):
         (["--batch-size", "0"], "--batch-size must be positive, got 0"),
         (["--mini-bs", "-1"], "--mini-bs must be positive, got -1"),
         (["--tune-params"], "--tune-params tunes rollout concurrency and the batch it feeds"),
-        (["--world-size", "2"], "no installed training backend runs --world-size 2 --tp-size 1"),
+        (
+            ["--world-size", "2", "--adam-8bit"],
+            "no installed training backend runs --world-size 2 --tp-size 1",
+        ),
         (["--greedy", "--top-k", "5"], "--greedy contradicts --top-k"),
         (["--reward-fn-path", "r.py"], "--reward-fn-path is for online RL algorithms"),
     ],
@@ -105,10 +108,11 @@ def test_plugins_json_lists_plugin_and_registrations(capsys, toy_registry):
     assert set(by_dist) == {"areno-core", "toy-algo-pack"}
     assert by_dist["areno-core"]["registered"] == {
         "rollout_engines": ["native"],
-        "backends": ["local"],
+        "backends": ["distributed", "local"],
     }
     assert by_dist["areno-core"]["options"] == {
         "rollout engine native": ["prefill_batch_tokens"],
+        "training backend distributed": ["dist_timeout_s", "fsdp_mixed_precision"],
         "training backend local": ["share_prefix"],
     }
     plugin = by_dist["toy-algo-pack"]

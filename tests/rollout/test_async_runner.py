@@ -132,3 +132,9 @@ def test_stale_samples_need_an_algorithm_with_the_decoupled_objective(monkeypatc
         check_async_options(cfg, plain, {"async_rollout"})
     cfg = build_config({"async_rollout": True, "max_staleness": 0}, table=registry.options)
     check_async_options(cfg, plain, {"async_rollout", "max_staleness"})  # K = 0 is on-policy
+
+
+def test_async_rollout_with_several_training_processes_is_refused():
+    with pytest.raises(ConfigError, match="--world-size 2 is not supported with it yet"):
+        _check({"async_rollout": True, "world_size": 2})
+    _check({"async_rollout": True, "world_size": 1})  # one process: accepted

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+import attrs
 import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -365,6 +366,23 @@ def test_generate_cache_grows_no_further_than_the_remaining_token_budget(
     # Admitting in waves (prompts still waiting) keeps slack, and gives the same tokens.
     waves = _engine(model, max_running=3).generate(prompts, sampling)
     assert _tokens(waves) == _tokens(out)
+
+
+def test_generate_prompt_offset_makes_a_split_batch_sample_like_one_call(
+    model: Qwen3ForCausalLM, prompts: list[list[int]]
+) -> None:
+    sampling = SamplingParams(max_new_tokens=12, temperature=1.0, seed=5)
+    whole = _engine(model).generate(prompts, sampling, n=3)
+    head = _engine(model).generate(prompts[:3], sampling, n=3)
+    tail = _engine(model).generate(prompts[3:], attrs.evolve(sampling, prompt_offset=3), n=3)
+    assert _tokens(head) + _tokens(tail) == _tokens(whole)
+    unshifted = _engine(model).generate(prompts[3:], sampling, n=3)
+    assert _tokens(unshifted) != _tokens(whole)[3:]
+
+
+def test_sampling_negative_prompt_offset_is_refused(model: Qwen3ForCausalLM) -> None:
+    with pytest.raises(ValueError, match="prompt_offset must be >= 0, got -1"):
+        _engine(model).generate([[5, 6]], SamplingParams(seed=1, prompt_offset=-1))
 
 
 def test_probe_memory_builds_the_cache_of_a_whole_row_without_touching_stats(

@@ -11,7 +11,7 @@ import torch
 from areno_core.model import TrainableModel
 from areno_core.rollout.base import EngineOptions
 from areno_core.rollout.native import NativeEngine
-from areno_core.rollout.runner import RolloutRunner
+from areno_core.rollout.runner import RolloutPlacement, RolloutRunner, share_bounds
 from areno_core.types import SamplingParams
 
 
@@ -94,6 +94,96 @@ def test_evaluator_uses_the_same_engine_synced_and_greedy(runner):
     assert set(metrics) >= {"eval/accuracy", "eval/reward_mean", "time/eval"}
     # greedy evaluation draws nothing from the run's random streams
     assert torch.equal(runner.model.rollout_generator.get_state(), before)
+
+
+# -- several processes -------------------------------------------------------------------------
+
+
+def test_share_bounds_are_contiguous_balanced_and_cover_every_prompt():
+    assert [share_bounds(10, r, 3) for r in range(3)] == [(0, 4), (4, 7), (7, 10)]
+    assert [share_bounds(1, r, 2) for r in range(2)] == [(0, 1), (1, 1)]
+    assert share_bounds(5, 0, 1) == (0, 5)
+
+
+def _runner(placement: RolloutPlacement | None = None) -> RolloutRunner:
+    model = TrainableModel.from_ckpt("random:qwen3-tiny", seed=0)
+    return RolloutRunner(
+        model,
+        NativeEngine(model.policy, model.tokenizer, EngineOptions(attn_backend="native")),
+        sampling=SamplingParams(max_new_tokens=6, temperature=1.0),
+        n_samples=3,
+        reward_fn=lambda record: float(record.completion.count("1")),
+        batch_size=4,
+        placement=placement,
+    )
+
+
+def test_two_ranks_sharing_a_step_gather_what_one_process_samples():
+    rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(1, 6)]
+    alone, alone_metrics = _runner()(rows, step=0)
+    parts: dict[int, Any] = {}
+
+    def gather_of(rank: int):
+        def gather(obj: Any) -> list[Any]:  # rank 1 runs first, so rank 0 sees both parts
+            parts[rank] = obj
+            return [parts.get(0, obj), parts.get(1, obj)]
+
+        return gather
+
+    ranks = []
+    for rank in (1, 0):
+        model_runner = _runner()
+        model_runner.placement = RolloutPlacement(
+            model_runner.model.policy,
+            lambda: None,
+            rank=rank,
+            size=2,
+            gather=gather_of(rank),
+        )
+        ranks.append(model_runner(rows, step=0))
+    groups, metrics = ranks[1]  # rank 0's view
+    assert [len(p[0]) for p in parts.values()] == [2, 3]  # rank 1: prompts 3-4, rank 0: 0-2
+    assert [g.item.index for g in groups] == [0, 1, 2, 3, 4]
+    assert [[t.input_ids for t in g.trajectories] for g in groups] == [
+        [t.input_ids for t in g.trajectories] for g in alone
+    ]
+    assert [g.rewards for g in groups] == [g.rewards for g in alone]
+    for key, value in alone_metrics.items():
+        if not key.startswith(("time/", "memory/")):  # memory/*: this process's own
+            assert metrics[key] == pytest.approx(value), key
+
+
+def test_merge_rollout_metrics_recomputes_over_all_groups_and_combines_the_rest():
+    from areno_core.rollout.collect import merge_rollout_metrics
+    from areno_core.types import PromptItem, Trajectory, TrajectoryGroup
+
+    def group(index: int, rewards: list[float]) -> TrajectoryGroup:
+        item = PromptItem(index=index, row={}, prompt="p")
+        return TrajectoryGroup(
+            item=item,
+            trajectories=[
+                Trajectory(input_ids=[1, 2, 3], loss_mask=[0, 1, 1], rollout_logprobs=[0] * 3,
+                           reward=r, prompt_index=index)
+                for r in rewards
+            ],
+        )  # fmt: skip
+
+    per_rank = [
+        {"rollout/samples": 2.0, "rollout/skipped_prompts": 1.0, "rollout/turns_mean": 2.0,
+         "rollout/turns_max": 3.0, "time/rollout": 1.5, "rollout/agent_requests": 4.0},
+        {"rollout/samples": 6.0, "rollout/skipped_prompts": 0.0, "rollout/turns_mean": 4.0,
+         "rollout/turns_max": 5.0, "time/rollout": 0.5, "rollout/agent_requests": 7.0},
+    ]  # fmt: skip
+    groups = [group(0, [0.0, 1.0]), group(1, [1.0, 1.0, 0.0, 0.0, 1.0, 1.0])]
+    merged = merge_rollout_metrics(per_rank, groups)
+    assert merged["rollout/samples"] == 8.0
+    assert merged["rollout/reward_mean"] == pytest.approx(5 / 8)
+    assert merged["rollout/accuracy"] == pytest.approx(5 / 8)
+    assert merged["rollout/skipped_prompts"] == 1.0
+    assert merged["rollout/turns_mean"] == pytest.approx((2 * 2 + 6 * 4) / 8)
+    assert merged["rollout/turns_max"] == 5.0
+    assert merged["time/rollout"] == 1.5
+    assert merged["rollout/agent_requests"] == 11.0
 
 
 def test_rollout_state_is_reported_kept_or_dropped(runner):

@@ -1,0 +1,87 @@
+"""The launcher's side of a distributed run, without starting processes: when it launches,
+what it checks first, and how a failed worker is reported."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+from transformers import GPT2Config
+
+from areno_core.config import build_config
+from areno_core.errors import ConfigError
+from areno_core.train.distributed import launch
+from areno_core.train.distributed.context import init_distributed, launched_world_size
+
+TORCHRUN_ENV = {
+    "RANK": "1",
+    "WORLD_SIZE": "2",
+    "LOCAL_RANK": "1",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29999",
+}
+
+
+@pytest.fixture
+def no_launcher(monkeypatch):
+    for name in TORCHRUN_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_launched_world_size_reads_torchrun_environment(monkeypatch, no_launcher):
+    assert launched_world_size() is None and not launch.in_worker()
+    for name, value in TORCHRUN_ENV.items():
+        monkeypatch.setenv(name, value)
+    assert launched_world_size() == 2 and launch.in_worker()
+
+
+def test_worker_and_world_of_one_do_not_launch(monkeypatch, no_launcher):
+    assert launch.launch_workers(build_config({"world_size": 1}), ["train"]) is False
+    for name, value in TORCHRUN_ENV.items():
+        monkeypatch.setenv(name, value)
+    assert launch.launch_workers(build_config({"world_size": 2}), ["train"]) is False
+
+
+def test_world_size_without_a_launcher_is_a_clear_error(no_launcher):
+    with pytest.raises(ConfigError, match="this process was not started by torch's launcher"):
+        init_distributed(world_size=2, tp_size=1, timeout_s=5)
+
+
+def test_world_size_other_than_the_launchers_is_a_clear_error(monkeypatch):
+    for name, value in TORCHRUN_ENV.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match="--world-size 4 does not match the 2 processes"):
+        init_distributed(world_size=4, tp_size=1, timeout_s=5)
+
+
+def test_tp_size_for_a_family_without_a_plan_fails_before_any_worker_starts(tmp_path):
+    GPT2Config(n_layer=1, n_embd=16, n_head=2).save_pretrained(tmp_path)
+    config = build_config({"world_size": 2, "tp_size": 2, "ckpt": str(tmp_path)})
+    with pytest.raises(ConfigError, match="is a gpt2 model; tensor-parallel plans exist for"):
+        launch.launch_workers(config, ["train"])
+
+
+def test_failure_names_the_first_rank_and_its_recorded_error(tmp_path, monkeypatch):
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    launch.record_worker_error(ValueError("bad row 7"))
+    failures = {
+        0: ProcessFailure(local_rank=0, pid=10, exitcode=-signal.SIGTERM, error_file=""),
+        1: ProcessFailure(local_rank=1, pid=11, exitcode=2, error_file=str(error_file)),
+    }
+    assert launch.describe_failure(failures) == (
+        "the distributed run stopped: rank 1 failed (exit code 2): ValueError: bad row 7 "
+        "(1 other process(es) stopped with it)"
+    )
+
+
+def test_failure_by_signal_and_without_an_error_file():
+    killed = {3: ProcessFailure(local_rank=1, pid=12, exitcode=-signal.SIGKILL, error_file="")}
+    assert launch.describe_failure(killed) == (
+        "the distributed run stopped: rank 3 was killed by signal SIGKILL"
+    )
+    crashed = {0: ProcessFailure(local_rank=0, pid=13, exitcode=1, error_file="")}
+    assert launch.describe_failure(crashed) == (
+        "the distributed run stopped: rank 0 exited with code 1 (its error is printed above)"
+    )
