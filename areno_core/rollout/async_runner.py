@@ -90,7 +90,7 @@ def check_async_options(cfg: RunConfig, spec: AlgorithmSpec, explicit: set[str])
             f"--async-rollout runs rollout in a worker process, but --algo {spec.name} trains "
             "on dataset rows and has no rollout"
         )
-    if cfg.world_size > 1:
+    if (cfg.world_size or 1) > 1:  # None until resolve fills the machine default
         raise ConfigError(
             f"--async-rollout runs one training process beside its rollout worker; "
             f"--world-size {cfg.world_size} is not supported with it yet (use --world-size 1, "
