@@ -28,6 +28,7 @@ from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger
 from areno_core.loop import LoopResult, train_loop
 from areno_core.model import TrainableModel
+from areno_core.models.lora import LoraSettings, check_resume_adapter
 from areno_core.registry import Registry, get_registry
 from areno_core.resolve import ResolvedRun
 from areno_core.rewards import resolve_reward_fn
@@ -157,6 +158,7 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
     resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
     if resume_from is not None:
         check_resume_dataset(resume_from, len(rows), f"--dataset-path {cfg.dataset_path!r}")
+        check_resume_adapter(resume_from, LoraSettings.from_config(cfg))
     if cfg.save_path and not cfg.resume:
         earlier = find_latest_checkpoint(cfg.save_path)
         if earlier is not None:
@@ -277,6 +279,7 @@ def build_rollout(plan: RunPlan, model: TrainableModel, reward_fn: Any) -> Rollo
         drop_state=cfg.drop_rollout_state,
         drop_uniform_groups=cfg.drop_uniform_groups,
         agent=agent,
+        lora_weights=resolved.engine.lora_weights,
     )
 
 
@@ -295,6 +298,7 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         critic_ckpt=cfg.critic_ckpt if "critic" in spec.roles else None,
         seed=cfg.seed,
         device=backend.device,
+        lora=LoraSettings.from_config(cfg),
     )
     kwargs = train_kwargs(resolved)
     backend.setup(model, spec, **_setup_kwargs(kwargs))
@@ -332,9 +336,15 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         if plan.eval_rows is not None:
             evaluate = rollout.evaluator(plan.eval_rows, max_new_tokens=cfg.max_new_tokens)
     if main:
+        lora = ""
+        if model.adapter is not None:
+            lora = (
+                f", LoRA rank {cfg.lora_rank} ({model.adapter.num_trainable():,} trainable "
+                "parameters)"
+            )
         console.print(
-            f"[bold]areno train[/] --algo {cfg.algo}: {len(plan.rows)} rows, {max_steps} steps, "
-            f"outputs in {plan.output_dir}",
+            f"[bold]areno train[/] --algo {cfg.algo}: {len(plan.rows)} rows, {max_steps} steps"
+            f"{lora}, outputs in {plan.output_dir}",
             highlight=False,
         )
     try:

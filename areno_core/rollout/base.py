@@ -110,18 +110,34 @@ class EngineSpec:
     the module being trained (an engine may sample from it directly or keep its own copy, kept
     current by ``sync_weights``), ``options`` the core's :class:`EngineOptions`, ``config`` an
     instance of ``config_cls``, the engine's own options, which become ``areno train`` flags.
+
+    ``lora_weights`` says what ``sync_weights`` receives when the policy is trained with LoRA
+    (``--lora-rank``; without LoRA it always receives the policy module):
+
+    * ``"merged"`` (the default): a state dict of the adapted policy with the adapters merged
+      into the base weights, under the base model's names, as a full fine-tune would have them;
+    * ``"adapter"``: an :class:`areno_core.models.lora.AdapterWeights` (the adapter in PEFT's
+      format, ``save(directory)`` writes it), for engines that serve LoRA adapters themselves;
+    * ``"module"``: the live policy module, adapters inside, for engines that sample from the
+      training module itself (the native engine).
     """
 
     name: str
     summary: str
     factory: EngineFactory
     config_cls: type = NoOptions
+    lora_weights: Literal["merged", "adapter", "module"] = "merged"
 
     def __attrs_post_init__(self) -> None:
         if not self.name or self.name != self.name.strip() or "/" in self.name:
             raise ValueError(f"rollout engine name {self.name!r} must be a non-empty word")
         if not callable(self.factory):
             raise TypeError(f"rollout engine {self.name!r}: factory must be callable")
+        if self.lora_weights not in ("merged", "adapter", "module"):
+            raise ValueError(
+                f"rollout engine {self.name!r}: lora_weights must be 'merged', 'adapter' or "
+                f"'module', got {self.lora_weights!r}"
+            )
 
     def make_config(self, options: Any) -> Any:
         """Its config from a mapping or object of run options (declared fields only)."""

@@ -50,6 +50,7 @@ class RolloutRunner:
         drop_state: bool = False,
         drop_uniform_groups: bool = False,
         agent: AgentSettings | None = None,
+        lora_weights: str | None = None,
     ) -> None:
         self.model = model
         self.engine = engine
@@ -62,13 +63,21 @@ class RolloutRunner:
         self.drop_state = drop_state
         self.drop_uniform_groups = drop_uniform_groups
         self.agent = agent
+        # How a LoRA policy reaches the engine: its spec's ``lora_weights`` (the run passes
+        # it), else the engine's own attribute of that name, else the merged weights.
+        self.lora_weights = lora_weights or getattr(engine, "lora_weights", "merged")
         self._synced: int | None = None
 
     def sync_weights(self) -> None:
-        """Hand the engine the policy if it changed since the last sync (or never was)."""
+        """Hand the engine the policy if it changed since the last sync (or never was). A LoRA
+        policy goes as the engine's spec asks (``lora_weights``: the module, the merged
+        weights or the adapter; see :class:`~areno_core.rollout.base.EngineSpec`)."""
+        from areno_core.models.lora import weights_for_engine
+
         version = self.model.optimizer_steps
         if self._synced != version:
-            self.engine.sync_weights(self.model.policy, version=version)
+            weights = weights_for_engine(self.model, self.lora_weights)
+            self.engine.sync_weights(weights, version=version)
             self._synced = version
 
     def __call__(
