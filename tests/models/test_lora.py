@@ -290,3 +290,19 @@ def test_ppo_with_lora_trains_adapters_and_keeps_a_full_critic():
         k for k, v in model.critic.state_dict().items() if not torch.equal(v, critic_before[k])
     ]
     assert any(k.startswith("backbone.") for k in changed)  # the critic trains in full
+
+
+def test_lora_with_activation_checkpointing_gives_the_same_step():
+    results = []
+    for checkpointing in (False, True):
+        model = lora_model()
+        result = LocalBackend().train(
+            model,
+            SFT_ROWS,
+            algorithm="sft",
+            learning_rate=1e-2,
+            activation_checkpointing=checkpointing,
+        )
+        results.append((result.metrics["train/loss"], result.metrics["train/grad_norm"]))
+    assert results[1][1] > 0
+    torch.testing.assert_close(results[1], results[0], atol=1e-6, rtol=1e-6)
