@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from areno_core.cli.main import main
-from areno_core.errors import ConfigError, NotAvailableError
+from areno_core.errors import ConfigError
 from areno_core.recipe import Gate, HardwareFloor, Recipe, resolve_resource
 from areno_core.registry import get_registry
 from areno_core.resolve import resolve_run
