@@ -8,7 +8,8 @@ Both sides train the same saved random Qwen3 on the same batch with ``LocalBacke
 projection) and updates only them. A DPO step scores a reference model: a frozen copy of the
 policy for "full", the policy with its adapters switched off for "lora" (no copy). A GRPO step
 (no reference) trains on fixed trajectory groups: GSM8K questions with random completion
-tokens and random rewards, so no sampling is measured, only the update.
+tokens and random rewards, so no sampling is measured, only the update. Questions and answers
+are cut to ``--chars`` characters (the byte-level tokenizer makes one token per byte).
 
 Each run is its own process. It reports its resident memory once the model is loaded
 (``rss_loaded_mib``), then restarts the kernel's peak-RSS mark and reports the peak over the
@@ -53,19 +54,21 @@ def reset_peak_rss() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def dpo_rows(count: int) -> list[dict[str, Any]]:
+def dpo_rows(count: int, chars: int) -> list[dict[str, Any]]:
     raw = common.read_jsonl(common.GSM8K_DIR / "train.jsonl", limit=count)
     return [
         {
-            "prompt": r["question"],
-            "chosen": r["answer"],
-            "rejected": "I am not sure. " + r["answer"].split("\n")[0],
+            "prompt": r["question"][:chars],
+            "chosen": r["answer"][:chars],
+            "rejected": ("I am not sure. " + r["answer"])[:chars],
         }
         for r in raw
     ]
 
 
-def grpo_groups(tokenizer: Any, prompts: int, samples: int, length: int, seed: int) -> list[Any]:
+def grpo_groups(
+    tokenizer: Any, prompts: int, samples: int, length: int, chars: int, seed: int
+) -> list[Any]:
     import torch
 
     from areno_core.types import PromptItem, Trajectory, TrajectoryGroup
@@ -75,7 +78,7 @@ def grpo_groups(tokenizer: Any, prompts: int, samples: int, length: int, seed: i
     vocab = len(tokenizer)
     groups = []
     for index, row in enumerate(raw):
-        prompt_ids = tokenizer(row["question"]).input_ids
+        prompt_ids = tokenizer(row["question"][:chars]).input_ids
         trajectories = []
         for _ in range(samples):
             completion = torch.randint(3, vocab, (length,), generator=generator).tolist()
@@ -106,9 +109,11 @@ def run_side(args: Any) -> dict[str, Any]:
     model = TrainableModel.from_ckpt(str(args.model_dir), seed=args.seed, lora=lora)
     backend = LocalBackend(device="cpu")
     if args.algo == "dpo":
-        data: Any = dpo_rows(args.batch)
+        data: Any = dpo_rows(args.batch, args.chars)
     else:
-        data = grpo_groups(model.tokenizer, args.batch, args.samples, args.length, args.seed)
+        data = grpo_groups(
+            model.tokenizer, args.batch, args.samples, args.length, args.chars, args.seed
+        )
     gc.collect()
     loaded = _status_mib("VmRSS")
     reset_peak_rss()  # from here on the peak is the training's (loading can peak higher)
@@ -160,7 +165,8 @@ def drive(args: Any) -> dict[str, Any]:
                 f"per run, {args.reps} runs per side"
             )
             base = ["--model-dir", str(model_dir), "--threads", str(args.threads), "--algo", algo]
-            for key in ("batch", "samples", "length", "micro_bs", "steps", "warmup", "lora_rank"):
+            keys = ("batch", "samples", "length", "chars", "micro_bs", "steps", "warmup")
+            for key in (*keys, "lora_rank"):
                 base += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
 
             def run_one(side: str, rep: int, base: list[str] = base) -> dict[str, Any]:
@@ -225,6 +231,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4, help="DPO pairs / GRPO prompts per step")
     parser.add_argument("--samples", type=int, default=4, help="GRPO samples per prompt")
     parser.add_argument("--length", type=int, default=64, help="GRPO completion tokens")
+    parser.add_argument(
+        "--chars",
+        type=int,
+        default=160,
+        help="characters kept of each question and answer (byte-level tokens: one per byte)",
+    )
     parser.add_argument("--micro-bs", type=int, default=8, help="rows per microbatch")
     parser.add_argument("--steps", type=int, default=2, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per run")
