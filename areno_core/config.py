@@ -247,7 +247,7 @@ class LoraConfig:
         "reference model is then the base with the adapters switched off (no second copy). "
         "Needs peft: pip install 'areno-core[lora]'.",
         validator=positive,
-        default_text="off (every weight is trained)",
+        default_text="off: every weight trains",
     )
     lora_alpha: float | None = option(
         None,
