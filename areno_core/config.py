@@ -206,7 +206,8 @@ class TrainConfig:
     ref_ckpt: str | None = option(
         None,
         "Reference model, for algorithms with a reference role such as DPO and PPO (default: a "
-        "frozen copy of the initial policy).",
+        "frozen copy of the initial policy; with --lora-rank, the base model with the adapters "
+        "switched off, no copy).",
     )
     critic_ckpt: str | None = option(
         None,

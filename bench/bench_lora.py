@@ -234,11 +234,11 @@ def main() -> None:
     parser.add_argument(
         "--chars",
         type=int,
-        default=160,
+        default=96,
         help="characters kept of each question and answer (byte-level tokens: one per byte)",
     )
     parser.add_argument("--micro-bs", type=int, default=8, help="rows per microbatch")
-    parser.add_argument("--steps", type=int, default=2, help="timed steps per run")
+    parser.add_argument("--steps", type=int, default=1, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per run")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
