@@ -15,7 +15,9 @@ Each run is its own process. It reports its resident memory once the model is lo
 (``rss_loaded_mib``), then restarts the kernel's peak-RSS mark and reports the peak over the
 training steps (``train_peak_mib``, VmHWM) and what training added (``step_mib``: optimizer
 state, gradients, the reference copy, activations), plus wall and process CPU seconds per
-timed step (median). Runs alternate sides (full, lora, lora, full, ...).
+timed step (median). Activation checkpointing is on, as in ``areno train`` by default
+(``--no-activation-checkpointing`` keeps every layer's activations, which then dominate).
+Runs alternate sides (full, lora, lora, full, ...).
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ def run_side(args: Any) -> dict[str, Any]:
         "learning_rate": 1e-5,
         "lr_decay_style": "constant",
         "mini_bs": args.micro_bs,
-        "activation_checkpointing": False,
+        "activation_checkpointing": not args.no_activation_checkpointing,
         "max_prompt_tokens": 4096,
         "max_new_tokens": 4096,
     }
@@ -161,13 +163,16 @@ def drive(args: Any) -> dict[str, Any]:
             )
             print(
                 f"\n== {algo.upper()} step, {shape}, microbatches of {args.micro_bs} rows; "
-                f"LoRA rank {args.lora_rank}; {args.warmup} warm-up + {args.steps} timed steps "
-                f"per run, {args.reps} runs per side"
+                f"LoRA rank {args.lora_rank}; activation checkpointing "
+                f"{'off' if args.no_activation_checkpointing else 'on'}; {args.warmup} warm-up + "
+                f"{args.steps} timed steps per run, {args.reps} runs per side"
             )
             base = ["--model-dir", str(model_dir), "--threads", str(args.threads), "--algo", algo]
             keys = ("batch", "samples", "length", "chars", "micro_bs", "steps", "warmup")
             for key in (*keys, "lora_rank"):
                 base += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+            if args.no_activation_checkpointing:
+                base.append("--no-activation-checkpointing")
 
             def run_one(side: str, rep: int, base: list[str] = base) -> dict[str, Any]:
                 return common.run_child(Path(__file__), [*base, "--child", side])
@@ -240,6 +245,11 @@ def main() -> None:
     parser.add_argument("--micro-bs", type=int, default=8, help="rows per microbatch")
     parser.add_argument("--steps", type=int, default=1, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per run")
+    parser.add_argument(
+        "--no-activation-checkpointing",
+        action="store_true",
+        help="keep every layer's activations (areno's default recomputes them in backward)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.child:
