@@ -35,6 +35,10 @@ def _top_k(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ConfigError(f"--top-k must be -1 (disabled) or a positive integer, got {value!r}")
 
 
+# ``--dtype`` values (areno_core.accel.precision maps them to torch dtypes).
+DTYPE_CHOICES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
+
+
 # -- sections ---------------------------------------------------------------------------
 
 
@@ -126,6 +130,12 @@ class RolloutConfig:
     drop_rollout_state: bool = option(
         False, "Free the rollout engine's cache after every step (less memory, slower setup)."
     )
+    offload_optimizer: bool = option(
+        False,
+        "Move the optimizer state (and float32 master weights) to CPU memory during each "
+        "rollout phase and back before the update: more device memory for the KV cache, two "
+        "copies per step. No effect when training on a CPU.",
+    )
     attn_backend: str = option(
         "flash",
         "Attention kernels. flash needs flash-attn and a supported GPU; otherwise areno "
@@ -167,11 +177,21 @@ class RolloutConfig:
     )
     tune_params: bool = option(
         False,
-        "Probe memory first and pick --max-running-prompts, --batch-size and --mini-bs.",
+        "Probe memory with a randomly initialised model of the same architecture first, then "
+        "pick --max-running-prompts, --batch-size and --mini-bs (values you give are kept) and "
+        "turn on --drop-rollout-state. Online RL only.",
     )
-    mem_frac: float = option(0.9, "GPU memory fraction the tuner may plan for.", validator=fraction)
+    mem_frac: float = option(
+        0.9,
+        "Fraction of the device's memory the tuner may plan for: GPU memory, or system RAM "
+        "when training on a CPU.",
+        validator=fraction,
+    )
     tune_max_samples: int = option(
-        256, "Most rollout rows the tuner considers.", validator=positive
+        256,
+        "Most rollout rows the tuner considers: the largest --max-running-prompts it tries; "
+        "the batch size it derives is at most this / --n-samples.",
+        validator=positive,
     )
 
 
@@ -189,6 +209,13 @@ class TrainConfig:
     )
     activation_checkpointing: bool = option(
         True, "Recompute decoder-layer activations in the backward pass.", negatable=True
+    )
+    dtype: str = option(
+        "auto",
+        "Floating-point type of the policy, reference and critic. auto: bfloat16 on a CUDA "
+        "GPU with native bfloat16 (compute capability 8.0 or newer), float32 elsewhere (the "
+        "CPU included). Models in a 16-bit type train through float32 master weights.",
+        choices=DTYPE_CHOICES,
     )
     lr: float = option(1.0e-6, "Policy learning rate.", validator=positive)
     min_lr: float = option(1.0e-7, "Learning rate at the end of decay.", validator=non_negative)
@@ -342,6 +369,32 @@ SECTION_TITLES = {
 }
 
 
+# Names people reach for that areno spells otherwise (the Python API's keywords, other tools'
+# flags); an unknown option with one of these names is pointed at the real one.
+OPTION_ALIASES: dict[str, str] = {
+    "learning_rate": "lr",
+    "adam_betas": "adam_beta1",
+    "algorithm": "algo",
+    "model": "ckpt",
+    "model_path": "ckpt",
+    "model_name_or_path": "ckpt",
+    "dataset": "dataset_path",
+    "train_file": "dataset_path",
+    "output_dir": "save_path",
+    "num_epochs": "epochs",
+    "num_train_epochs": "epochs",
+    "num_generations": "n_samples",
+    "num_samples": "n_samples",
+    "per_device_train_batch_size": "mini_bs",
+    "micro_batch_size": "mini_bs",
+    "max_completion_length": "max_new_tokens",
+    "max_prompt_length": "max_prompt_tokens",
+    "max_grad_norm": "grad_clip_norm",
+    "beta": "dpo_beta",
+    "logging_dir": "metrics_log_dir",
+}
+
+
 # Core options that only matter to algorithms with a given role (``AlgorithmSpec.roles`` or
 # ``optional_roles``); set for an algorithm without that role they are refused or named in a
 # warning. The core names roles, never algorithms.
@@ -485,6 +538,25 @@ def load_yaml_options(path: str | Path, table: OptionTable | None = None) -> dic
         else:
             flat[table.check_name(str(key), where=where)] = value
     return flat
+
+
+def flatten_saved_config(
+    data: Mapping[str, Any], table: OptionTable
+) -> tuple[dict[str, Any], list[str]]:
+    """The options of a saved run's config.yaml, flat, and the names no installed code
+    declares (an older version's, or an uninstalled plugin's). Lenient about sections, since
+    an option may have moved between versions."""
+    flat: dict[str, Any] = {}
+    unknown: list[str] = []
+    for key, value in data.items():
+        nested = isinstance(value, Mapping) and (key in SECTIONS or key in PLUGIN_SECTIONS)
+        for name, item in value.items() if nested else [(key, value)]:
+            name = normalize_key(str(name))
+            if name in table:
+                flat[name] = item
+            else:
+                unknown.append(name)
+    return flat, unknown
 
 
 def check_consistency(cfg: RunConfig, explicit: set[str] | None = None) -> None:

@@ -287,8 +287,14 @@ class OptionTable:
         """The option name ``key`` normalizes to; an unknown one is a :class:`ConfigError`."""
         name = normalize_key(key)
         if name not in self.declared:
+            from areno_core.config import OPTION_ALIASES
+
             prefix = f"{where}: " if where else ""
-            hint = did_you_mean(name, self.names(), render=lambda n: flag(n)[2:])
+            alias = OPTION_ALIASES.get(name.lower())
+            if alias in self.declared:
+                hint = f" Did you mean {flag(alias)[2:]}?"
+            else:
+                hint = did_you_mean(name, self.names(), render=lambda n: flag(n)[2:])
             raise ConfigError(f"{prefix}unknown option {key!r}.{hint}")
         return name
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -19,6 +20,7 @@ from areno_core.config import (
     build_config,
     check_consistency,
     default_of,
+    flatten_saved_config,
     load_yaml_options,
 )
 from areno_core.errors import ConfigError, NotAvailableError, did_you_mean
@@ -27,6 +29,7 @@ from areno_core.options import OptionTable, Owner
 from areno_core.recipe import Recipe, resolve_resource
 from areno_core.registry import Registry
 from areno_core.rollout.base import EngineSpec
+from areno_core.train.checkpoint import read_checkpoint_config, resolve_resume
 from areno_core.train.contract import BackendSpec
 from areno_core.validators import flag
 
@@ -47,6 +50,7 @@ class ResolvedRun:
     backend_config: Any
     engine: EngineSpec | None = None  # online algorithms only
     engine_config: Any = None
+    resume_from: Path | None = None  # the checkpoint the run continues
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Every resolved option, by section: the core's, then the algorithm's, the rollout
@@ -96,13 +100,22 @@ def resolve_run(
     # recipe's value: --ckpt my-model must not need the recipe's checkpoint to be installed.
     from_recipe = {k: resolve_resource(v) for k, v in recipe_options.items() if k not in user}
     cfg = build_config({**from_recipe, **user}, table=table)
-    cfg = _fill_machine_defaults(cfg, given="world_size" in user)
     # A config file may restate defaults (a run's own config.yaml does): only values that
     # differ from the built-in defaults count as set by the user.
     chosen = set(flags) | {k for k, v in file_options.items() if v != table.default(k)}
+    resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
+    if resume_from is not None:
+        cfg = resumed_config(cfg, resume_from, chosen, table)
+    cfg = _fill_machine_defaults(cfg, given="world_size" in user)
     check_consistency(cfg, explicit=chosen)
 
     spec = registry.algorithm(cfg.algo)
+    if spec.needs_groups and cfg.n_samples < 2:
+        raise ConfigError(
+            f"--algo {spec.name} compares each sample with the other samples of its prompt, so "
+            f"--n-samples {cfg.n_samples} gives every sample an advantage of 0 and nothing "
+            "would be trained; use --n-samples 2 or more"
+        )
     algorithm_config = spec.make_config(cfg.plugin)
     engine = engine_config = None
     if spec.needs_rollout:
@@ -135,6 +148,9 @@ def resolve_run(
         logger.warning("%s", message)
     if check_capabilities:
         check_available(cfg)
+    from areno_core.tune.checks import check_tunable
+
+    check_tunable(cfg, spec)
     return ResolvedRun(
         cfg,
         frozenset(user),
@@ -146,7 +162,62 @@ def resolve_run(
         backend_config,
         engine,
         engine_config,
+        resume_from,
     )
+
+
+# What a resumed run may change: how it runs and for how long, never what it trains. Any other
+# option given with --resume must equal the saved run's value.
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "resume", "save_path", "save_interval", "max_steps", "epochs", "metrics_log_dir",
+        "eval_dataset_path", "eval_interval", "eval_limit", "world_size", "tp_size", "backend",
+        "max_running_prompts", "attn_backend", "eager_decode", "drop_rollout_state",
+        "agent_timeout_s", "activation_checkpointing", "tune_params", "mem_frac",
+        "tune_max_samples", "save_merged",
+    }
+)  # fmt: skip
+
+
+def resumed_config(
+    cfg: RunConfig, checkpoint: Path, chosen: set[str], table: OptionTable
+) -> RunConfig:
+    """The options of a resumed run: the saved run's, with the options the user set again
+    applied only where they may change (:data:`RESUME_MAY_CHANGE`). A different value for
+    anything else (the algorithm, model, data, learning rate, ...) is refused, listing every
+    difference, so the recorded config.yaml never lies about what was trained."""
+    saved, unknown = flatten_saved_config(read_checkpoint_config(checkpoint), table)
+    if unknown:
+        logger.warning(
+            "the checkpoint's config.yaml sets options this installation does not declare "
+            "(ignored): %s",
+            ", ".join(flag(n) for n in unknown),
+        )
+    given = {**cfg.flat(), **cfg.plugin}
+    changed: dict[str, Any] = {}
+    refused = []
+    for name in sorted(chosen & set(given)):
+        before = saved.get(name, table.default(name))
+        now = table.coerce(name, given[name])
+        if table.coerce(name, before) == now:
+            continue
+        if name in RESUME_MAY_CHANGE:
+            changed[name] = now
+        else:
+            refused.append(f"{flag(name)} {before!r} -> {now!r}")
+    if refused:
+        raise ConfigError(
+            f"--resume {str(checkpoint)!r} continues a run with fixed options, but this command "
+            f"changes {', '.join(refused)}. Drop those flags to continue the run as it was "
+            "(options not given are taken from the checkpoint), or start a new run from its "
+            f"weights: --ckpt {str(checkpoint)!r} with another --save-path"
+        )
+    if changed:
+        logger.warning(
+            "resuming with changed options: %s",
+            ", ".join(f"{flag(k)} {v!r}" for k, v in changed.items()),
+        )
+    return build_config({**saved, **changed, "resume": cfg.resume}, table=table)
 
 
 def choose_backend(cfg: RunConfig, registry: Registry, *, required: bool = True) -> Any:
@@ -359,9 +430,7 @@ def _fill_machine_defaults(cfg: RunConfig, *, given: bool) -> RunConfig:
 
 # Capabilities that are declared in the CLI but not built yet. Each entry names the option,
 # a predicate on the config, and why.
-_NOT_YET: list[tuple[str, Any, str]] = [
-    ("tune_params", lambda c: c.tune_params, "memory probing (--tune-params)"),
-]
+_NOT_YET: list[tuple[str, Any, str]] = []
 
 
 def check_available(cfg: RunConfig) -> None:

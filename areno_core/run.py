@@ -7,6 +7,8 @@ or any output directory is created, so a bad command fails fast and leaves nothi
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,9 @@ import attrs
 import torch
 from rich.console import Console
 
+from areno_core.accel.attention import FLASH, attention_of, choose_attention
+from areno_core.accel.memory import MemoryMeter, PhaseMemory
+from areno_core.accel.precision import resolve_run_dtype
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.config import RunConfig, dump_yaml
 from areno_core.data import (
@@ -38,7 +43,6 @@ from areno_core.train.checkpoint import (
     check_resume_dataset,
     check_writable_dir,
     find_latest_checkpoint,
-    resolve_resume,
 )
 from areno_core.train.contract import TrainingBackend
 from areno_core.train.datastream import DataStream
@@ -154,10 +158,12 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
         if folder:
             check_writable_dir(folder, flag)
     rows = load_training_rows(cfg, spec, registry)
+    if agent_fn is None:  # an agent builds its own prompts, bounded by the context length
+        check_prompts_fit(rows, cfg, f"--dataset-path {cfg.dataset_path!r}")
     eval_rows = load_eval_rows(cfg, spec, registry) if cfg.eval_dataset_path else None
-    resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
+    resume_from = resolved.resume_from
     if resume_from is not None:
-        check_resume_dataset(resume_from, len(rows), f"--dataset-path {cfg.dataset_path!r}")
+        check_resume_dataset(resume_from, rows, f"--dataset-path {cfg.dataset_path!r}")
         check_resume_adapter(resume_from, LoraSettings.from_config(cfg))
     if cfg.save_path and not cfg.resume:
         earlier = find_latest_checkpoint(cfg.save_path)
@@ -187,6 +193,26 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
         output_dir,
         metrics_dir,
         eval_rows,
+    )
+
+
+def check_prompts_fit(rows: list[dict[str, Any]], cfg: RunConfig, source: str) -> None:
+    """Fail before training when no row's prompt fits ``--max-prompt-tokens``: every row would
+    be skipped and nothing trained. Stops at the first prompt that fits (usually the first)."""
+    from areno_core.models.chat import encode_prompt
+    from areno_core.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(cfg.ckpt)
+    shortest = None
+    for row in rows:
+        length = len(encode_prompt(tokenizer, row["prompt"], disable_thinking=cfg.disable_thinking))
+        if length <= cfg.max_prompt_tokens:
+            return
+        shortest = length if shortest is None else min(shortest, length)
+    raise ConfigError(
+        f"every prompt of {source} ({len(rows)} rows) is longer than --max-prompt-tokens "
+        f"{cfg.max_prompt_tokens} (the shortest has {shortest} tokens), so every row would be "
+        f"skipped and nothing trained; raise --max-prompt-tokens to at least {shortest}"
     )
 
 
@@ -223,7 +249,13 @@ def _reward_model_fn(model: TrainableModel, ref: str) -> Any:
     """A reward function scoring each sample with a reward model's last-token value."""
     from areno_core.models.loading import load_value_model
 
-    scorer = load_value_model(ref, device=str(model.device), role="reward")
+    scorer = load_value_model(
+        ref,
+        device=str(model.device),
+        role="reward",
+        dtype=model.dtype,
+        attn_implementation=attention_of(model.policy),
+    )
     scorer.eval()
 
     def reward_fn(record: Any) -> float:
@@ -279,6 +311,7 @@ def build_rollout(plan: RunPlan, model: TrainableModel, reward_fn: Any) -> Rollo
         drop_state=cfg.drop_rollout_state,
         drop_uniform_groups=cfg.drop_uniform_groups,
         agent=agent,
+        offload_optimizer=cfg.offload_optimizer,
         lora_weights=resolved.engine.lora_weights,
     )
 
@@ -291,6 +324,14 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
     if resolved.backend is None:
         raise NotAvailableError("no installed training backend can run this configuration")
     backend = resolved.backend.factory(cfg, resolved.backend_config, registry)
+    dtype = resolve_run_dtype(cfg.dtype, backend.device)
+    attention = choose_attention(cfg.attn_backend, backend.device, dtype)
+    tuned = None
+    if cfg.tune_params:
+        tuned = _tune(plan, backend, dtype, attention)
+        resolved = tuned.resolved
+        plan = attrs.evolve(plan, resolved=resolved, config=resolved.config)
+        cfg = plan.config
     torch.manual_seed(cfg.seed)
     model = TrainableModel.from_ckpt(
         cfg.ckpt,
@@ -298,6 +339,8 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         critic_ckpt=cfg.critic_ckpt if "critic" in spec.roles else None,
         seed=cfg.seed,
         device=backend.device,
+        dtype=dtype,
+        attn_implementation=attention if attention == FLASH else None,
         lora=LoraSettings.from_config(cfg),
     )
     kwargs = train_kwargs(resolved)
@@ -314,6 +357,8 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
     if main:
         plan.output_dir.mkdir(parents=True, exist_ok=True)
         dump_yaml(resolved.to_dict(), plan.output_dir / "config.yaml")
+        if tuned is not None:
+            dump_yaml(tuned.to_dict(), plan.output_dir / "tune.yaml")
     max_steps = min(stream.total_steps, cfg.max_steps or stream.total_steps)
     # A resumed run drops what the old one logged after its checkpoint; a fresh run starts the
     # metrics directory over (purge from step 1), so re-runs never interleave two histories.
@@ -348,7 +393,10 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
             highlight=False,
         )
     try:
-        with TrainProgress(max_steps, enabled=main, console=console) as progress:
+        with (
+            StopOnInterrupt(saves=bool(cfg.save_path), console=console) as interrupt,
+            TrainProgress(max_steps, enabled=main, console=console) as progress,
+        ):
             result = train_loop(
                 model=model,
                 backend=backend,
@@ -362,6 +410,8 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
                 save_interval=cfg.save_interval,
                 evaluate=evaluate,
                 eval_interval=cfg.eval_interval,
+                stop_requested=lambda: interrupt.requested,
+                memory=PhaseMemory(MemoryMeter(backend.device)),
             )
     finally:
         metrics.close()
@@ -376,7 +426,77 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
             first_eval=result.first_eval,
             last_eval=result.last_eval,
         )
+        if result.interrupted:
+            _print_interrupted(result, cfg, max_steps)
     return result
+
+
+class StopOnInterrupt:
+    """Ctrl-C during training: the first press lets the current step finish, saves it (with
+    ``--save-path``) and stops; a second press stops at once, saving nothing."""
+
+    def __init__(self, *, saves: bool, console: Console) -> None:
+        self.saves = saves
+        self.console = console
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> StopOnInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        then = "save a checkpoint and stop" if self.saves else "stop (no --save-path: no save)"
+        self.console.print(
+            f"\n[bold]Interrupted:[/] finishing the current step, then I {then}. "
+            "Press Ctrl-C again to abort now.",
+            highlight=False,
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+
+def _print_interrupted(result: LoopResult, cfg: RunConfig, max_steps: int) -> None:
+    if result.checkpoint_path and cfg.save_path:
+        console.print(
+            f"Stopped after step {result.steps} of {max_steps}; saved {result.checkpoint_path}. "
+            f"Continue with:\n  areno train --resume auto --save-path {cfg.save_path}",
+            highlight=False,
+        )
+    else:
+        console.print(
+            f"Stopped after step {result.steps} of {max_steps}; nothing was saved (no "
+            "--save-path).",
+            highlight=False,
+        )
+
+
+def _tune(plan: RunPlan, backend: TrainingBackend, dtype: torch.dtype, attention: str) -> Any:
+    """``--tune-params``: probe memory, print what was chosen and why; the tuned outcome."""
+    from areno_core.tune import tune_run
+
+    kwargs = train_kwargs(plan.resolved)
+    if backend.is_main_process:
+        console.print("[bold]--tune-params[/]: probing memory (random weights, synthetic rows)")
+    outcome = tune_run(
+        plan.resolved,
+        backend=backend,
+        train_kwargs=kwargs,
+        setup_kwargs=_setup_kwargs(kwargs),
+        dtype=dtype,
+        attention=attention,
+    )
+    if backend.is_main_process:
+        for line in outcome.lines:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    return outcome
 
 
 def _model_context_len(model: TrainableModel) -> int:

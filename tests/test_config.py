@@ -85,7 +85,8 @@ def test_build_config_flat_options_land_in_their_sections():
         ({"batch_size": 2.5}, "--batch-size expects int, got 2.5"),
         ({"greedy": "yes"}, "--greedy expects bool, got 'yes'"),
         ({"algo": None}, r"--algo cannot be empty \(null\)"),
-        ({"learning_rate": 1}, "unknown option 'learning_rate'"),
+        ({"learning_rate": 1}, r"unknown option 'learning_rate'. Did you mean lr\?"),
+        ({"num_generations": 4}, r"unknown option 'num_generations'. Did you mean n-samples\?"),
         ({"n_sample": 1}, "unknown option 'n_sample'. Did you mean n-samples"),
     ],
 )

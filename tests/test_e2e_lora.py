@@ -153,18 +153,28 @@ def run_cli(capsys, *argv: str) -> tuple[int, str]:
     return code, " ".join(capsys.readouterr().err.split())
 
 
-def test_lora_resume_with_other_lora_options_fails_before_loading(tmp_path, data, capsys):
+def test_lora_resume_keeps_the_saved_lora_options_and_refuses_other_ones(tmp_path, data, capsys):
     run = tmp_path / "run"
     run_areno(*command(data, "sft"), "--max-steps", "1", "--save-path", str(run))
     capsys.readouterr()
-    without = with_rank(command(data, "sft"), None)
-    code, err = run_cli(capsys, *without, "--save-path", str(run), "--resume", "auto")
-    assert code == 2 and "holds a LoRA adapter (rank 4); resume it with the same" in err
     other = with_rank(command(data, "sft"), 8)
     code, err = run_cli(capsys, *other, "--save-path", str(run), "--resume", "auto")
-    assert code == 2 and "rank 4 and alpha 8.0; this run asks for rank 8 and alpha 16" in err
-    left = sorted(p.name for p in run.iterdir())
-    assert left == ["config.yaml", "latest", "step_1", "tensorboard"]
+    assert code == 2 and "changes --lora-rank 4 -> 8" in err
+    assert sorted(p.name for p in run.iterdir()) == [
+        "config.yaml",
+        "latest",
+        "step_1",
+        "tensorboard",
+    ]
+    # Without LoRA flags the run continues with its saved adapters (rank 4).
+    without = with_rank(command(data, "sft"), None)
+    code, err = run_cli(
+        capsys, *without, "--max-steps", "2", "--save-path", str(run), "--resume", "auto"
+    )
+    assert code == 0, err
+    adapter = json.loads((run / "step_2" / "adapter_config.json").read_text())
+    assert adapter["r"] == 4
+    assert not (run / "step_2" / "model.safetensors").exists()
 
 
 @pytest.mark.parametrize(

@@ -259,15 +259,22 @@ def test_resume_on_dataset_of_other_size_is_a_clear_error(tmp_path, gsm8k_rows, 
         "--save-path",
         str(run),
     ]
-    small = tmp_path / "small.jsonl"
-    small.write_text("".join(gsm8k_rows.read_text().splitlines(keepends=True)[:20]))
-    areno(*base, "--dataset-path", str(small), "--max-steps", "1")  # fmt: skip
+    data = tmp_path / "data.jsonl"
+    lines = gsm8k_rows.read_text().splitlines(keepends=True)
+    data.write_text("".join(lines[:20]))
+    areno(*base, "--dataset-path", str(data), "--max-steps", "1")  # fmt: skip
+    data.write_text("".join(lines))  # the same file, other content
     with pytest.raises(SystemExit) as info:
-        main([*base, "--dataset-path", str(gsm8k_rows), "--max-steps", "2", "--resume", "auto"])
+        main([*base, "--dataset-path", str(data), "--max-steps", "2", "--resume", "auto"])
     err = " ".join(capsys.readouterr().err.split())
     assert info.value.code == 2
     assert "that run trained on 20 rows, but --dataset-path" in err
     assert "gives 96 rows (after the loader)" in err and "Traceback" not in err
+    data.write_text("".join(lines[20:40]))  # as many rows, other ones
+    with pytest.raises(SystemExit) as info:
+        main([*base, "--dataset-path", str(data), "--max-steps", "2", "--resume", "auto"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert "gives 20 rows, as many as that run trained on, but not the same rows" in err
     assert (run / "latest").read_text().strip() == "step_1"
 
 
@@ -410,3 +417,29 @@ def test_sft_eval_dataset_logs_held_out_loss_that_falls(tmp_path, gsm8k_rows, ca
     assert rows[8]["eval/loss"] == pytest.approx(rows[8]["eval/nll"])
     summary = " ".join(capsys.readouterr().out.split())
     assert f"eval loss │ {rows[0]['eval/loss']:.4g} -> {rows[8]['eval/loss']:.4g}" in summary
+
+
+def test_ppo_in_bfloat16_trains_through_float32_master_weights(tmp_path, gsm8k_rows):
+    from safetensors import safe_open
+
+    loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"
+    loader.write_text(RL_LOADER)
+    reward.write_text(RL_REWARD)
+    run = tmp_path / "run"
+    areno(
+        "train", "--algo", "ppo", "--ckpt", "random:qwen3-tiny", "--dtype", "bfloat16",
+        "--dataset-path", str(gsm8k_rows), "--dataset-loader-fn", str(loader),
+        "--reward-fn-path", str(reward), "--batch-size", "2", "--n-samples", "2",
+        "--max-new-tokens", "6", "--critic-warmup-steps", "0", "--lr", "1e-3",
+        "--max-steps", "1", "--save-path", str(run),
+    )  # fmt: skip
+    step = history(run)[0]
+    assert step["train/grad_norm"] > 0 and step["memory/train_peak_mib"] > 0
+    with safe_open(run / "step_1" / "model.safetensors", "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}  # noqa: SIM118
+    state = torch.load(run / "step_1" / "trainer_state.pt", weights_only=True)
+    masters = state["optimizer"]["master_weights"]
+    assert masters and {m.dtype for m in masters} == {torch.float32}
+    assert {m.dtype for m in state["extra"]["critic"]["optimizer"]["master_weights"]} == {
+        torch.float32
+    }

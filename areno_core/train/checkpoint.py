@@ -39,7 +39,7 @@ import random
 import re
 import secrets
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -511,18 +511,29 @@ def check_writable_dir(path: str | os.PathLike[str], flag: str) -> None:
         )
 
 
-def check_resume_dataset(path: str | os.PathLike[str], num_rows: int, dataset: str) -> None:
-    """Refuse to resume ``path`` on a dataset whose row count differs from the saved run's,
-    before any model is loaded. ``dataset`` names the data in the message."""
+def check_resume_dataset(path: str | os.PathLike[str], rows: Sequence[Any], dataset: str) -> None:
+    """Refuse to resume ``path`` on other training data than the saved run's (another row
+    count, or the same count with other content or order), before any model is loaded.
+    ``dataset`` names the data in the message."""
+    from areno_core.train.datastream import rows_fingerprint
+
     # mmap: only the small trainer state is read, not the optimizer tensors beside it.
     state = torch.load(Path(path) / TRAINER_STATE_FILE, mmap=True, weights_only=True)
     data = state.get("trainer_state", {}).get("data", {})
-    saved = data.get("num_rows") if isinstance(data, Mapping) else None
-    if saved is not None and int(saved) != num_rows:
+    if not isinstance(data, Mapping):
+        return
+    saved = data.get("num_rows")
+    advice = "resume with the same data and loader, or start a new run in another --save-path"
+    if saved is not None and int(saved) != len(rows):
         raise ConfigError(
             f"--resume {str(path)!r}: that run trained on {int(saved)} rows, but "
-            f"{dataset} gives {num_rows} rows (after the loader); resume with the same data "
-            "and loader, or start a new run in another --save-path"
+            f"{dataset} gives {len(rows)} rows (after the loader); {advice}"
+        )
+    saved_print = data.get("fingerprint")
+    if saved_print is not None and saved_print != rows_fingerprint(rows):
+        raise ConfigError(
+            f"--resume {str(path)!r}: {dataset} gives {len(rows)} rows, as many as that run "
+            f"trained on, but not the same rows (after the loader); {advice}"
         )
 
 

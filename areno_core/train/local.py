@@ -37,7 +37,12 @@ from areno_core.train.batching import (
 from areno_core.train.contract import BackendSpec
 from areno_core.train.featurize import preference_trajectories, sft_trajectories
 from areno_core.train.forward import policy_outputs, value_outputs
-from areno_core.train.optim import build_optimizer, build_scheduler, clip_grad_norm
+from areno_core.train.optim import (
+    build_optimizer,
+    build_scheduler,
+    clip_grad_norm,
+    gradient_tensors,
+)
 from areno_core.types import TrainResult, Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -493,14 +498,19 @@ class LocalBackend:
                 loss.backward()
                 step_loss += loss.detach().double().cpu()
                 _merge_stats(stats, totals, mins, maxs)
-            norm = clip_grad_norm(list(policy.parameters()), grad_clip_norm)
+            norm = clip_grad_norm(
+                gradient_tensors(model.optimizer, policy.parameters()), grad_clip_norm
+            )
             if train_actor:
                 model.optimizer.step()  # type: ignore[union-attr]
                 model.scheduler.step()
                 model.optimizer_steps += 1
             model.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
             if critic is not None:
-                clip_grad_norm(list(critic.parameters()), grad_clip_norm)
+                clip_grad_norm(
+                    gradient_tensors(model.critic_optimizer, critic.parameters()),
+                    grad_clip_norm,
+                )
                 model.critic_optimizer.step()  # type: ignore[union-attr]
                 model.critic_optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
             grad_norms.append(float(norm))
