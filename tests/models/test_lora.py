@@ -80,6 +80,20 @@ def test_lora_training_changes_only_adapter_weights():
     assert trained == {id(p) for p in model.adapter.trainable_parameters()}
 
 
+def test_lora_on_a_bfloat16_base_trains_float32_adapters_without_master_weights():
+    from areno_core.train.master_weights import MasterWeightOptimizer
+
+    model = TrainableModel.from_ckpt(TINY, seed=0, dtype=torch.bfloat16, lora=LoraSettings(rank=4))
+    before = {k: v.clone() for k, v in model.policy.state_dict().items()}
+    LocalBackend().train(model, DPO_ROWS, algorithm="dpo", learning_rate=1e-2, mini_bs=3)
+    after = model.policy.state_dict()
+    assert model.dtype == torch.bfloat16  # the base stays in 16 bits
+    assert {p.dtype for p in model.adapter.trainable_parameters()} == {torch.float32}
+    assert not isinstance(model.optimizer, MasterWeightOptimizer)
+    changed = {k for k in before if not torch.equal(after[k], before[k])}
+    assert changed and all(".lora_" in k for k in changed)
+
+
 def test_lora_reference_is_the_base_model_without_a_copy():
     model = lora_model()
     backend = LocalBackend()
