@@ -8,6 +8,7 @@ Precedence, lowest first: field defaults < recipe < ``--config`` YAML < explicit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -254,7 +255,8 @@ class TrainConfig:
     ref_ckpt: str | None = option(
         None,
         "Reference model, for algorithms with a reference role such as DPO and PPO (default: a "
-        "frozen copy of the initial policy).",
+        "frozen copy of the initial policy; with --lora-rank, the base model with the adapters "
+        "switched off, no copy).",
     )
     critic_ckpt: str | None = option(
         None,
@@ -272,6 +274,60 @@ class TrainConfig:
         "one more forward pass per step, exact; interpolate: between the sampler's and the "
         "current policy's by version, no extra pass, exact in a step's first optimizer step.",
         choices=("recompute", "interpolate"),
+    )
+
+
+def _dropout(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise ConfigError(f"--lora-dropout must be in [0, 1), got {value!r}")
+
+
+def _target_modules(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        return
+    names = [n.strip() for n in str(value).split(",")]
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", n)]
+    if bad:
+        raise ConfigError(
+            f"--lora-target-modules {value!r}: expected comma-separated module names such as "
+            f"'q_proj,v_proj' (or 'all-linear'); {bad[0]!r} is not one"
+        )
+
+
+@attrs.define(kw_only=True)
+class LoraConfig:
+    """Low-rank adapters (LoRA, through PEFT): train small adapter matrices instead of every
+    weight, for any algorithm. Off unless --lora-rank is given. See docs/lora.md."""
+
+    lora_rank: int | None = option(
+        None,
+        "Train LoRA adapters of this rank on the policy instead of all its weights; the "
+        "reference model is then the base with the adapters switched off (no second copy). "
+        "Needs peft: pip install 'areno-core[lora]'.",
+        validator=positive,
+        default_text="off: every weight trains",
+    )
+    lora_alpha: float | None = option(
+        None,
+        "LoRA scaling numerator: adapter outputs are scaled by alpha / rank.",
+        validator=positive,
+        default_text="2 x --lora-rank",
+    )
+    lora_dropout: float = option(
+        0.0, "Dropout on the adapters' input while training.", validator=_dropout
+    )
+    lora_target_modules: str | None = option(
+        None,
+        "Comma-separated names of the linear layers to adapt (e.g. q_proj,v_proj), or "
+        "all-linear (every linear layer but the output layer).",
+        validator=_target_modules,
+        default_text="every attention and MLP projection (Qwen2/3, Llama, Mistral, Gemma, "
+        "Phi-3); all-linear for other families",
+    )
+    save_merged: bool = option(
+        False,
+        "With LoRA, every checkpoint also holds merged/: the adapted policy with the adapters "
+        "merged into the base weights, a plain Hugging Face model.",
     )
 
 
@@ -327,6 +383,7 @@ SECTIONS: dict[str, type] = {
     "basic": BasicConfig,
     "rollout": RolloutConfig,
     "train": TrainConfig,
+    "lora": LoraConfig,
     "checkpoint": CheckpointConfig,
     "eval": EvalConfig,
     "observability": ObservabilityConfig,
@@ -335,6 +392,7 @@ SECTION_TITLES = {
     "basic": "Basic",
     "rollout": "Rollout",
     "train": "Train",
+    "lora": "LoRA",
     "checkpoint": "Checkpoint",
     "eval": "Evaluation",
     "observability": "Observability",
@@ -387,6 +445,7 @@ class RunConfig:
     basic: BasicConfig = attrs.Factory(BasicConfig)
     rollout: RolloutConfig = attrs.Factory(RolloutConfig)
     train: TrainConfig = attrs.Factory(TrainConfig)
+    lora: LoraConfig = attrs.Factory(LoraConfig)
     checkpoint: CheckpointConfig = attrs.Factory(CheckpointConfig)
     eval: EvalConfig = attrs.Factory(EvalConfig)
     observability: ObservabilityConfig = attrs.Factory(ObservabilityConfig)
@@ -560,6 +619,17 @@ def check_consistency(cfg: RunConfig, explicit: set[str] | None = None) -> None:
             )
     if "max_context_len" in explicit and cfg.agent_fn is None:
         raise ConfigError("--max-context-len applies to agentic rollouts; it needs --agent-fn")
+    if cfg.lora_rank is None:
+        clash = [
+            o
+            for o in ("lora_alpha", "lora_dropout", "lora_target_modules", "save_merged")
+            if getattr(cfg, o) != default_of(o)
+        ]
+        if clash:
+            raise ConfigError(
+                ", ".join(flag(o) for o in clash) + " only applies with --lora-rank (LoRA "
+                "adapters are off without it)"
+            )
     if cfg.tune_max_samples < cfg.n_samples and cfg.tune_params:
         raise ConfigError(
             f"--tune-max-samples {cfg.tune_max_samples} is below --n-samples {cfg.n_samples}"

@@ -6,8 +6,9 @@ python -m areno_core.docs_gen --check  # exit 1 when any of them is stale
 docs/cli.md lists the core's options and those of every plugin shipped in this repository
 (``plugins/*``), each plugin's in a section of its own, exactly as ``areno train --help`` groups
 them. Any Markdown page may hold a block ``<!-- options: KIND NAME -->`` ... ``<!-- /options
--->`` (KIND: algorithm, rollout-engine or backend): its body is regenerated as the table of that
-plugin's options (docs/algorithms.md uses one per algorithm), and a block ``<!-- protocol:
+-->`` (KIND: algorithm, rollout-engine or backend; or core with a core section's key, e.g.
+``core lora``): its body is regenerated as the table of those options (docs/algorithms.md
+uses one per algorithm), and a block ``<!-- protocol:
 module.Class -->`` ... ``<!-- /protocol -->`` as the members and signatures of that protocol
 class, so the documented plugin contracts are always the code's.
 """
@@ -46,7 +47,8 @@ third-party plugin adds its section to `areno train --help` the same way.
 """
 
 _BLOCK_RE = re.compile(
-    r"(<!-- options: (algorithm|rollout-engine|backend) ([\w.-]+) -->\n)(.*?)(<!-- /options -->)",
+    r"(<!-- options: (core|algorithm|rollout-engine|backend) ([\w.-]+) -->\n)(.*?)"
+    r"(<!-- /options -->)",
     re.S,
 )
 _PROTOCOL_RE = re.compile(r"(<!-- protocol: ([\w.]+) -->\n)(.*?)(<!-- /protocol -->)", re.S)
@@ -114,7 +116,7 @@ def render_option_blocks(text: str, table: OptionTable) -> str:
 
     def replace(match: re.Match[str]) -> str:
         opening, kind, name, _, closing = match.groups()
-        key = f"{_KIND_KEYS[kind]}:{name}"
+        key = name if kind == "core" else f"{_KIND_KEYS[kind]}:{name}"  # core: a section
         try:
             section = table.section(key)
         except KeyError:

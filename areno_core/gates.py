@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -281,12 +282,15 @@ def _load_and_probe(path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     from areno_core.models.loading import load_tokenizer
-    from areno_core.train.checkpoint import MANIFEST_FILE, read_weights
+    from areno_core.train.checkpoint import ADAPTER_CONFIG_FILE, MANIFEST_FILE, read_weights
 
-    model, info = AutoModelForCausalLM.from_pretrained(str(path), output_loading_info=True)
-    for key in ("missing_keys", "unexpected_keys", "mismatched_keys"):
-        if info.get(key):
-            raise ValueError(f"{key.replace('_', ' ')}: {list(info[key])[:3]}")
+    if (path / ADAPTER_CONFIG_FILE).is_file():
+        model = _load_adapter_checkpoint(path)
+    else:
+        model, info = AutoModelForCausalLM.from_pretrained(str(path), output_loading_info=True)
+        for key in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            if info.get(key):
+                raise ValueError(f"{key.replace('_', ' ')}: {list(info[key])[:3]}")
     tokenizer = load_tokenizer(str(path))
     ids = tokenizer("1 + 1 =", return_tensors="pt").input_ids
     model.eval()
@@ -301,3 +305,23 @@ def _load_and_probe(path: Path) -> None:
         bad = [name for name, t in weights.items() if not torch.isfinite(t).all()]
         if bad:
             raise ValueError(f"{extra.name}/ holds non-finite tensors, e.g. {bad[0]}")
+
+
+def _load_adapter_checkpoint(path: Path) -> Any:
+    """A LoRA checkpoint's policy: the base model its run trained on (``ckpt`` in its
+    config.yaml) with the saved adapter, loaded by PEFT exactly as a user would."""
+    from peft import PeftModel
+
+    from areno_core.models.loading import load_model
+    from areno_core.models.lora import load_adapter_weights
+    from areno_core.train.checkpoint import read_checkpoint_config
+
+    base = read_checkpoint_config(path).get("basic", {}).get("ckpt")
+    if not base:
+        raise ValueError("config.yaml names no base model (basic.ckpt) for the adapter")
+    with warnings.catch_warnings():
+        # PEFT reads transformers' deprecated is_gradient_checkpointing property.
+        warnings.simplefilter("ignore", FutureWarning)
+        model = PeftModel.from_pretrained(load_model(str(base)), str(path))
+    load_adapter_weights(model, path)  # strictly: every saved tensor, no missing one
+    return model

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from areno_core.log import get_logger
 from areno_core.train.metrics import MetricsLogger
 from areno_core.types import TrajectoryGroup
+
+if TYPE_CHECKING:
+    from areno_core.models.lora import LoraAdapter, LoraSettings
 
 logger = get_logger(__name__)
 
@@ -21,6 +24,10 @@ class TrainableModel:
     Holds the policy module and tokenizer, the optional reference and critic, optimizer and
     scheduler state (created by the backend on the first ``train`` call), the step counters and
     the random generator that orders training rows (saved in checkpoints for exact resume).
+
+    With a LoRA ``adapter`` (:meth:`add_lora`, or ``from_ckpt(..., lora=...)``) the policy is
+    the same module with adapter layers inside; only the adapters are trained, and the
+    reference (when none is given) is the base model: the policy with its adapters off.
     """
 
     def __init__(
@@ -34,6 +41,7 @@ class TrainableModel:
         critic: Any = None,
         seed: int = 0,
         metrics_dir: str | None = None,
+        adapter: LoraAdapter | None = None,
     ) -> None:
         self.name = name
         self.ckpt = ckpt
@@ -41,6 +49,7 @@ class TrainableModel:
         self.tokenizer = tokenizer
         self.reference = reference
         self.critic = critic
+        self.adapter = adapter
         self.step = 0
         self.optimizer_steps = 0
         self.optimizer: torch.optim.Optimizer | None = None
@@ -64,11 +73,13 @@ class TrainableModel:
         name: str = "policy",
         dtype: torch.dtype | str = "auto",
         attn_implementation: str | None = None,
+        lora: LoraSettings | None = None,
     ) -> TrainableModel:
         """Load a policy (and optional reference/critic) from local paths, hub ids or random:.
 
         ``dtype`` and ``attn_implementation`` apply to every model loaded here and to a critic
         created later by :meth:`ensure_critic` (``"auto"``: the checkpoint's stored dtype).
+        With ``lora``, put LoRA adapters on the policy (see :meth:`add_lora`).
         """
         from areno_core.models.loading import load_model, load_model_and_tokenizer
 
@@ -81,7 +92,7 @@ class TrainableModel:
             from areno_core.models.loading import load_value_model
 
             critic = load_value_model(critic_ckpt, **how)
-        return cls(
+        model = cls(
             policy,
             tokenizer,
             name=name,
@@ -91,6 +102,33 @@ class TrainableModel:
             seed=seed,
             metrics_dir=metrics_dir,
         )
+        if lora is not None:
+            model.add_lora(lora)
+        return model
+
+    def add_lora(self, settings: LoraSettings) -> LoraAdapter:
+        """Put LoRA adapters on the policy (in place) and train only them from now on.
+
+        Call it before the first ``train`` (the optimizer is built over the trainable
+        weights then). The adapters start at zero, so the adapted policy equals the base.
+        """
+        from areno_core.models.lora import LoraAdapter
+
+        if self.adapter is not None:
+            raise ValueError("the policy already has LoRA adapters")
+        if self.optimizer is not None:
+            raise ValueError(
+                "add_lora() must come before the first train() call: the optimizer already "
+                "holds the policy's full weights"
+            )
+        self.adapter = LoraAdapter.attach(self.policy, settings, base=self.ckpt)
+        return self.adapter
+
+    @property
+    def saved_policy(self) -> Any:
+        """What a checkpoint saves and restores for the policy: the PEFT model (its adapter,
+        in PEFT's format) with LoRA, else the policy module."""
+        return self.adapter.peft_model if self.adapter is not None else self.policy
 
     @property
     def device(self) -> torch.device:
@@ -107,7 +145,10 @@ class TrainableModel:
         return int(pad if pad is not None else self.tokenizer.eos_token_id)
 
     def ensure_reference(self) -> Any:
-        """The reference model; a frozen copy of the current policy if none was given."""
+        """The reference model; if none was given, the base model of a LoRA policy (the
+        policy with its adapters off, no copy), else a frozen copy of the current policy."""
+        if self.reference is None and self.adapter is not None:
+            return self.adapter.reference_view()
         if self.reference is None:
             if self.step > 0:
                 logger.warning(

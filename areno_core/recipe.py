@@ -176,7 +176,9 @@ class Recipe:
     Option values set by a recipe, lowest precedence first: ``dataset``, ``checkpoint``,
     ``loader``, ``reward`` and ``agent`` (as ``--dataset-path``, ``--ckpt``,
     ``--dataset-loader-fn``, ``--reward-fn-path``, ``--agent-fn``), then ``defaults``, then
-    ``algorithm_defaults[algo]``. ``--config`` and explicit flags override all of them.
+    ``algorithm_defaults[algo]``, then, only in a run that trains LoRA adapters
+    (``--lora-rank``), ``lora_defaults`` (adapters usually want a larger learning rate than
+    full fine-tuning). ``--config`` and explicit flags override all of them.
     """
 
     name: str
@@ -195,6 +197,7 @@ class Recipe:
     loader: str | None = None
     reward: str | None = None
     agent: str | None = None
+    lora_defaults: Mapping[str, Any] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         where = f"recipe {self.name!r}"
@@ -217,6 +220,11 @@ class Recipe:
                 f"{where} has defaults for {sorted(extra)} which it does not "
                 f"list in algorithms {list(self.algorithms)}"
             )
+        if any(normalize_key(str(k)) == "lora_rank" for k in self.lora_defaults):
+            raise ValueError(
+                f"{where}: lora_defaults may not set lora_rank (they apply once LoRA is on); "
+                "set it in defaults"
+            )
         for gate in self.gates:
             if not isinstance(gate, Gate):
                 raise ValueError(f"{where}: gates must be Gate objects, got {gate!r}")
@@ -226,11 +234,14 @@ class Recipe:
         for algo in self.algorithms:
             # Core option values are checked now; plugin options (an algorithm's, an engine's)
             # when the registry knows who declares them (see check_recipe_options).
-            core = {k: v for k, v in self._raw_options(algo).items() if k in OPTION_SECTIONS}
-            try:
-                build_config(core)
-            except ConfigError as exc:
-                raise ValueError(f"{where} with --algo {algo}: {exc}") from exc
+            for lora in (False, True) if self.lora_defaults else (False,):
+                raw = self._raw_options(algo, lora=lora)
+                core = {k: v for k, v in raw.items() if k in OPTION_SECTIONS}
+                try:
+                    build_config(core)
+                except ConfigError as exc:
+                    with_lora = " with LoRA" if lora else ""
+                    raise ValueError(f"{where} with --algo {algo}{with_lora}: {exc}") from exc
 
     # -- what the recipe sets ----------------------------------------------------------------
 
@@ -247,14 +258,19 @@ class Recipe:
             ("defaults", self.defaults),
         ]
         layers += [(f"algorithm_defaults[{a!r}]", d) for a, d in self.algorithm_defaults.items()]
+        layers.append(("lora_defaults", self.lora_defaults))
         return layers
 
-    def _raw_options(self, algo: str, *, rollout: bool = True) -> dict[str, Any]:
+    def _raw_options(
+        self, algo: str, *, rollout: bool = True, lora: bool = False
+    ) -> dict[str, Any]:
         options: dict[str, Any] = {}
         own = f"algorithm_defaults[{algo!r}]"
         for source, layer in self._layers():
             per_algorithm = source.startswith("algorithm_defaults")
             if per_algorithm and source != own:
+                continue
+            if source == "lora_defaults" and not lora:
                 continue
             for key, value in layer.items():
                 name = normalize_key(str(key))
@@ -272,11 +288,11 @@ class Recipe:
         return self.visibility == "internal"
 
     def options_for(
-        self, algo: str, *, rollout: bool = True, resolve: bool = True
+        self, algo: str, *, rollout: bool = True, resolve: bool = True, lora: bool = False
     ) -> dict[str, Any]:
         """The option values this recipe sets when run with ``algo``, ``resource:`` resolved
         (with ``resolve=False`` left as written, for a caller that resolves only the values
-        the user does not override).
+        the user does not override); with ``lora``, its ``lora_defaults`` on top.
 
         With ``rollout=False`` (an algorithm that does not roll out, such as sft or dpo) the
         recipe-wide reward and agent are left out; per-algorithm values are always kept.
@@ -286,8 +302,15 @@ class Recipe:
                 f"recipe {self.name!r} does not support --algo {algo!r}; it supports: "
                 f"{', '.join(self.algorithms)}"
             )
-        raw = self._raw_options(algo, rollout=rollout)
+        raw = self._raw_options(algo, rollout=rollout, lora=lora)
         return {k: resolve_resource(v) for k, v in raw.items()} if resolve else raw
+
+    def uses_lora(self, algo: str, user: Mapping[str, Any]) -> bool:
+        """Whether a run of this recipe with ``algo`` and the user's options trains LoRA
+        adapters: ``lora_rank`` set by the user, else by the recipe."""
+        if "lora_rank" in user:
+            return user["lora_rank"] is not None
+        return self._raw_options(algo).get("lora_rank") is not None
 
 
 def check_recipe_options(recipe: Recipe, registry: Registry) -> None:
@@ -306,8 +329,10 @@ def check_recipe_options(recipe: Recipe, registry: Registry) -> None:
                     table.check_name(str(key))
                 except ConfigError as exc:
                     raise ValueError(f"{where}: {source} sets {exc}") from exc
-    for algo in installed:
-        raw = {k: v for k, v in recipe._raw_options(algo).items() if k in table}
+    for algo, lora in [(a, lora) for a in installed for lora in (False, True)]:
+        if lora and not recipe.lora_defaults:
+            continue
+        raw = {k: v for k, v in recipe._raw_options(algo, lora=lora).items() if k in table}
         own = recipe.algorithm_defaults.get(algo, {})
         try:
             cfg = build_config(raw, table=table)

@@ -94,6 +94,8 @@ def resolve_run(
     if recipe_name:
         recipe = find_recipe(registry, recipe_name)
         recipe_options = recipe_layer(recipe, registry, user.get("algo"))
+        if recipe.uses_lora(recipe_options["algo"], user):
+            recipe_options = recipe_layer(recipe, registry, user.get("algo"), lora=True)
         _check_recipe_fits(recipe, check_capabilities=check_capabilities)
     # A recipe's packaged files (``resource:``) are looked up only where the user keeps the
     # recipe's value: --ckpt my-model must not need the recipe's checkpoint to be installed.
@@ -143,6 +145,15 @@ def resolve_run(
         )
     if cfg.dataset_path is None:
         raise ConfigError("--dataset-path is required (or a --recipe that provides one)")
+    if recipe is not None and recipe.lora_required and cfg.lora_rank is None:
+        message = (
+            f"recipe {recipe.name!r} needs LoRA adapters (it fits its hardware floor only with "
+            "them): add --lora-rank, e.g. --lora-rank 16 (see docs/lora.md); `--dry-run` "
+            "shows what the recipe sets"
+        )
+        if check_capabilities:
+            raise ConfigError(message)
+        logger.warning("%s", message)
     if check_capabilities:
         check_available(cfg)
         if engine is not None:
@@ -177,7 +188,7 @@ RESUME_MAY_CHANGE = frozenset(
         "eval_dataset_path", "eval_interval", "eval_limit", "world_size", "tp_size", "backend",
         "max_running_prompts", "attn_backend", "eager_decode", "drop_rollout_state",
         "agent_timeout_s", "activation_checkpointing", "tune_params", "mem_frac",
-        "tune_max_samples", "rollout_threads",
+        "tune_max_samples", "rollout_threads", "save_merged",
     }
 )  # fmt: skip
 
@@ -388,8 +399,11 @@ def recipe_algorithm(recipe: Recipe, algo: str | None) -> str:
     return default
 
 
-def recipe_layer(recipe: Recipe, registry: Registry, algo: str | None) -> dict[str, Any]:
-    """The options ``recipe`` sets for ``algo`` (``--algo`` or the recipe's), algo included.
+def recipe_layer(
+    recipe: Recipe, registry: Registry, algo: str | None, *, lora: bool = False
+) -> dict[str, Any]:
+    """The options ``recipe`` sets for ``algo`` (``--algo`` or the recipe's), algo included;
+    with ``lora`` (the run trains LoRA adapters) its ``lora_defaults`` too.
 
     A recipe-wide reward or agent is left out for algorithms that do not roll out; ``resource:``
     references are left as written (``resolve_run`` resolves the ones the user keeps).
@@ -397,7 +411,8 @@ def recipe_layer(recipe: Recipe, registry: Registry, algo: str | None) -> dict[s
     chosen = recipe_algorithm(recipe, algo)
     entry = registry.entries["algorithms"].get(chosen)
     rollout = entry.obj.needs_rollout if entry is not None else True
-    return {"algo": chosen, **recipe.options_for(chosen, rollout=rollout, resolve=False)}
+    options = recipe.options_for(chosen, rollout=rollout, resolve=False, lora=lora)
+    return {"algo": chosen, **options}
 
 
 def _check_recipe_fits(recipe: Recipe, *, check_capabilities: bool) -> None:
@@ -409,11 +424,6 @@ def _check_recipe_fits(recipe: Recipe, *, check_capabilities: bool) -> None:
         )
     if not check_capabilities:
         return
-    if recipe.lora_required:
-        raise NotAvailableError(
-            f"recipe {recipe.name!r} needs LoRA adapters, which this build of areno does not "
-            "support yet; `--dry-run` still shows what the recipe sets"
-        )
     floor = recipe.hardware
     if floor.device == "cuda":
         gpus = machine_device_count()
@@ -457,6 +467,10 @@ _NOT_YET: list[tuple[str, Any, str]] = []
 
 def check_available(cfg: RunConfig) -> None:
     """Fail clearly on options whose capability is not available in this build or machine."""
+    if cfg.lora_rank is not None:
+        from areno_core.models.lora import check_peft_available
+
+        check_peft_available()
     for name, predicate, what in _NOT_YET:
         if predicate(cfg):
             raise NotAvailableError(

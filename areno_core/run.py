@@ -35,6 +35,7 @@ from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger
 from areno_core.loop import LoopResult, train_loop
 from areno_core.model import TrainableModel
+from areno_core.models.lora import LoraSettings, check_resume_adapter
 from areno_core.registry import Registry, get_registry
 from areno_core.resolve import ResolvedRun
 from areno_core.rewards import resolve_reward_fn
@@ -165,6 +166,7 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
     resume_from = resolved.resume_from
     if resume_from is not None:
         check_resume_dataset(resume_from, rows, f"--dataset-path {cfg.dataset_path!r}")
+        check_resume_adapter(resume_from, LoraSettings.from_config(cfg))
     if cfg.save_path and not cfg.resume:
         earlier = find_latest_checkpoint(cfg.save_path)
         if earlier is not None:
@@ -332,6 +334,7 @@ def build_rollout(
         agent=agent,
         placement=placement,
         offload_optimizer=cfg.offload_optimizer,
+        lora_weights=resolved.engine.lora_weights,
     )
 
 
@@ -369,6 +372,7 @@ def run_training(
         device=backend.device,
         dtype=dtype,
         attn_implementation=attention if attention == FLASH else None,
+        lora=LoraSettings.from_config(cfg),
     )
     kwargs = train_kwargs(resolved)
     backend.setup(model, spec, **_setup_kwargs(kwargs))
@@ -412,9 +416,15 @@ def run_training(
 
             rollout = build_async_rollout(plan, model, stream, max_steps)
     if main:
+        lora = ""
+        if model.adapter is not None:
+            lora = (
+                f", LoRA rank {cfg.lora_rank} ({model.adapter.num_trainable():,} trainable "
+                "parameters)"
+            )
         console.print(
-            f"[bold]areno train[/] --algo {cfg.algo}: {len(plan.rows)} rows, {max_steps} steps, "
-            f"outputs in {plan.output_dir}",
+            f"[bold]areno train[/] --algo {cfg.algo}: {len(plan.rows)} rows, {max_steps} steps"
+            f"{lora}, outputs in {plan.output_dir}",
             highlight=False,
         )
     try:

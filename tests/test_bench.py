@@ -134,3 +134,19 @@ def test_distributed_child_reports_sharded_state_peak_memory_and_step_time(model
     assert result["optimizer_mib"] == pytest.approx(2 * result["param_mib"], rel=0.01)
     assert result["peak_step_rss_mib"] >= result["held_rss_mib"] > 100  # torch alone takes more
     assert len(result["losses"]) == 2
+
+
+def test_lora_child_trains_adapters_without_a_reference_copy(model_dir) -> None:
+    pytest.importorskip("peft", reason="LoRA needs peft: pip install 'areno-core[lora]'")
+    common = ["--model-dir", str(model_dir), "--algo", "dpo", "--batch", "2", "--samples", "2",
+              "--length", "8", "--steps", "1", "--warmup", "1", "--lora-rank", "4"]  # fmt: skip
+    lora = child_result(bench("bench_lora.py", "--child", "lora", *common))
+    full = child_result(bench("bench_lora.py", "--child", "full", *common))
+    # rank 4 x (in + out) per projection: q, o 64+64; k, v 64+32; gate, up, down 64+128; 2 layers
+    assert lora["trainable_params"] == 2 * 4 * (2 * 128 + 2 * 96 + 3 * 192) == 8192
+    assert full["trainable_params"] == 91_520.0
+    assert not lora["reference_copied"]
+    assert full["reference_copied"]  # the DPO reference of a full fine-tune is a copy
+    for result in (lora, full):
+        assert result["train_peak_mib"] >= result["rss_loaded_mib"] > 50
+        assert result["step_s"] > 0 and result["step_cpu_s"] > 0

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from areno_core.cli.main import main
-from areno_core.errors import ConfigError, NotAvailableError
+from areno_core.errors import ConfigError
 from areno_core.recipe import Gate, HardwareFloor, Recipe, resolve_resource
 from areno_core.registry import get_registry
 from areno_core.resolve import resolve_run
@@ -34,6 +34,7 @@ ARITH = Recipe(
         "lr": 1e-3, "min_lr": 1e-4, "batch_size": 4, "mini_bs": 2, "max_steps": 2,
         "max_new_tokens": 16, "activation_checkpointing": False, "epochs": 1,
     },
+    lora_defaults={"lr": 4e-3},
     algorithm_defaults={
         "sft": {"dataset_loader_fn": PKG + "/loader.py:sft_row", "max_new_tokens": 24},
         "dpo": {"dataset_loader_fn": PKG + "/loader.py:dpo_row", "dpo_beta": 0.2},
@@ -215,12 +216,43 @@ def test_recipe_explicit_reward_for_offline_algorithm_still_errors(recipe_regist
         resolve_run(flags, registry=recipe_registry)
 
 
-def test_recipe_lora_required_is_not_available_but_dry_run_resolves(capsys, recipe_registry):
-    with pytest.raises(NotAvailableError, match="needs LoRA adapters"):
+def test_recipe_lora_required_without_lora_rank_fails_clearly_but_dry_run_resolves(
+    capsys, recipe_registry
+):
+    with pytest.raises(ConfigError, match="needs LoRA adapters .* add --lora-rank"):
         resolve_run({"recipe": "testpack/big", "algo": "grpo"}, registry=recipe_registry)
     code, out, err = run_cli(capsys, "train", "--recipe", "testpack/big", "--dry-run")
     assert code == 0, err
     assert "# hardware floor: 1x GPU (80 GiB); LoRA: required" in out
+
+
+def test_recipe_lora_required_runs_with_lora_rank(capsys, recipe_registry, tmp_path):
+    pytest.importorskip("peft", reason="LoRA needs peft: pip install 'areno-core[lora]'")
+    run = tmp_path / "big"
+    code, out, err = run_cli(
+        capsys, "train", "--recipe", "testpack/big", "--algo", "grpo", "--lora-rank", "2",
+        "--max-steps", "1", "--batch-size", "2", "--n-samples", "2", "--max-new-tokens", "6",
+        "--mini-bs", "4", "--no-activation-checkpointing", "--save-path", str(run),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "LoRA rank 2" in out
+    assert (run / "step_1" / "adapter_model.safetensors").is_file()
+
+
+def test_recipe_lora_defaults_apply_only_when_lora_is_on(recipe_registry):
+    plain = resolve_run({"recipe": "testpack/arith", "algo": "sft"}, registry=recipe_registry)
+    assert plain.config.lr == 1e-3
+    lora = {"recipe": "testpack/arith", "algo": "sft", "lora_rank": 4}
+    assert resolve_run(lora, registry=recipe_registry).config.lr == 4e-3
+    flag = resolve_run({**lora, "lr": 5e-4}, registry=recipe_registry).config
+    assert flag.lr == 5e-4  # an explicit flag still wins
+
+
+def test_recipe_lora_defaults_may_not_set_lora_rank():
+    with pytest.raises(ValueError, match="lora_defaults may not set lora_rank"):
+        recipe(lora_defaults={"lora_rank": 8})
+    with pytest.raises(ValueError, match="with LoRA: --lr must be positive"):
+        recipe(lora_defaults={"lr": -1.0})
 
 
 # -- unknown names ------------------------------------------------------------------------

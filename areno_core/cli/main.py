@@ -15,6 +15,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from areno_core import __version__
 from areno_core.errors import ArenoError
@@ -71,7 +72,10 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except ArenoError as exc:
-        err_console.print(f"[bold red]Error:[/] {exc}", highlight=False, soft_wrap=True)
+        # escape: a message may hold brackets, e.g. pip install 'areno-core[lora]'
+        err_console.print(
+            f"[bold red]Error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
         _report_to_launcher(exc)
         sys.exit(2)
     except KeyboardInterrupt:

@@ -83,6 +83,12 @@ def dry_run_header(resolved: ResolvedRun) -> str:
         + (f" ({recipe.hardware.note})" if recipe.hardware.note else "")
         + f"; LoRA: {'required' if recipe.lora_required else 'not required'}",
     ]
+    if recipe.lora_defaults:
+        lines.append(
+            "with --lora-rank the recipe also sets: "
+            + ", ".join(f"{k}={v!r}" for k, v in recipe.lora_defaults.items())
+            + (" (applied)" if cfg.lora_rank is not None else "")
+        )
     set_by_recipe, overridden = _recipe_sets(resolved.recipe_options, resolved.explicit)
     if set_by_recipe:
         lines.append("set by the recipe: " + ", ".join(set_by_recipe))

@@ -185,6 +185,23 @@ def _from_hub(ref: str, what: str, load: Callable[..., T]) -> T:
         raise ConfigError(f"could not load the {what} for {ref!r}: {exc}") from exc
 
 
+def _auto_model(auto_class: Any, **fixed: Any) -> Callable[..., Any]:
+    """``auto_class.from_pretrained`` with ``fixed`` keywords. With ``local_files_only`` the
+    adapter lookup that transformers makes when peft is installed stays local as well (it does
+    not inherit the flag, and would otherwise try the hub with retries for ~20 s)."""
+
+    def load(source: str, **kwargs: Any) -> Any:
+        kwargs = {**fixed, **kwargs}
+        if kwargs.get("local_files_only"):
+            kwargs["adapter_kwargs"] = {
+                **kwargs.get("adapter_kwargs", {}),
+                "local_files_only": True,
+            }
+        return auto_class.from_pretrained(source, **kwargs)
+
+    return load
+
+
 def _pretrained(ref: str, what: str, load: Callable[..., T]) -> T:
     """Run ``load(source, **kw)`` for a local directory or a hub id."""
     local = _local_dir(ref)
@@ -275,9 +292,7 @@ def load_model(
         kwargs: dict[str, Any] = {"dtype": resolved}
         if attn_implementation is not None:
             kwargs["attn_implementation"] = attn_implementation
-        model = _pretrained(
-            ref, "model", functools.partial(AutoModelForCausalLM.from_pretrained, **kwargs)
-        )
+        model = _pretrained(ref, "model", _auto_model(AutoModelForCausalLM, **kwargs))
     _finish(model, device, role)
     logger.info(
         "loaded %s model %s: %s parameters, %s on %s",
@@ -468,7 +483,7 @@ def load_value_model(
             classifier = _pretrained(
                 ref,
                 "value model",
-                functools.partial(AutoModelForSequenceClassification.from_pretrained, **kwargs),
+                _auto_model(AutoModelForSequenceClassification, **kwargs),
             )
             head_name = _score_head_name(classifier)
             if head_name is None:
@@ -476,9 +491,7 @@ def load_value_model(
             backbone = getattr(classifier, classifier.base_model_prefix)
             model = ValueModel(backbone, getattr(classifier, head_name))
         else:
-            backbone = _pretrained(
-                ref, "value model backbone", functools.partial(AutoModel.from_pretrained, **kwargs)
-            )
+            backbone = _pretrained(ref, "value model backbone", _auto_model(AutoModel, **kwargs))
             head = _fresh_head(
                 backbone.config.hidden_size,
                 getattr(backbone.config, "initializer_range", 0.02),

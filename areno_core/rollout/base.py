@@ -114,6 +114,16 @@ class EngineSpec:
     ``check(run_config, config)``, when given, says why the engine cannot run on this machine
     with these options (a missing package, no GPU), or returns None. ``areno train`` calls it
     before any model is loaded (not for ``--dry-run``).
+
+    ``lora_weights`` says what ``sync_weights`` receives when the policy is trained with LoRA
+    (``--lora-rank``; without LoRA it always receives the policy module):
+
+    * ``"merged"`` (the default): a state dict of the adapted policy with the adapters merged
+      into the base weights, under the base model's names, as a full fine-tune would have them;
+    * ``"adapter"``: an :class:`areno_core.models.lora.AdapterWeights` (the adapter in PEFT's
+      format, ``save(directory)`` writes it), for engines that serve LoRA adapters themselves;
+    * ``"module"``: the live policy module, adapters inside, for engines that sample from the
+      training module itself (the native engine).
     """
 
     name: str
@@ -121,6 +131,7 @@ class EngineSpec:
     factory: EngineFactory
     config_cls: type = NoOptions
     check: Callable[[Any, Any], str | None] | None = None
+    lora_weights: Literal["merged", "adapter", "module"] = "merged"
 
     def __attrs_post_init__(self) -> None:
         if not self.name or self.name != self.name.strip() or "/" in self.name:
@@ -129,6 +140,11 @@ class EngineSpec:
             raise TypeError(f"rollout engine {self.name!r}: factory must be callable")
         if self.check is not None and not callable(self.check):
             raise TypeError(f"rollout engine {self.name!r}: check must be callable or None")
+        if self.lora_weights not in ("merged", "adapter", "module"):
+            raise ValueError(
+                f"rollout engine {self.name!r}: lora_weights must be 'merged', 'adapter' or "
+                f"'module', got {self.lora_weights!r}"
+            )
 
     def make_config(self, options: Any) -> Any:
         """Its config from a mapping or object of run options (declared fields only)."""

@@ -668,6 +668,7 @@ class NativeEngine:
     """
 
     name = "native"
+    lora_weights = "module"  # see EngineSpec: it samples from the module, adapters included
 
     def __init__(
         self,
@@ -991,6 +992,7 @@ NATIVE_ENGINE = EngineSpec(
     "(CPU or one GPU); weight syncs cost nothing.",
     factory=create_native_engine,
     config_cls=NativeEngineConfig,
+    lora_weights="module",  # it samples from the training module, adapters included
 )
 
 

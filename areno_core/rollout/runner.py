@@ -107,6 +107,7 @@ class RolloutRunner:
         agent: AgentSettings | None = None,
         placement: RolloutPlacement | None = None,
         offload_optimizer: bool = False,
+        lora_weights: str | None = None,
     ) -> None:
         self.model = model
         self.placement = placement or RolloutPlacement.local(model)
@@ -121,13 +122,24 @@ class RolloutRunner:
         self.drop_uniform_groups = drop_uniform_groups
         self.agent = agent
         self.offload_optimizer = offload_optimizer
+        # How a LoRA policy reaches the engine: its spec's ``lora_weights`` (the run passes
+        # it), else the engine's own attribute of that name, else the merged weights.
+        self.lora_weights = lora_weights or getattr(engine, "lora_weights", "merged")
         self._synced: int | None = None
 
     def sync_weights(self) -> None:
-        """Hand the engine the policy if it changed since the last sync (or never was)."""
+        """Hand the engine the policy if it changed since the last sync (or never was). A LoRA
+        policy goes as the engine's spec asks (``lora_weights``: the module, the merged
+        weights or the adapter; see :class:`~areno_core.rollout.base.EngineSpec`)."""
+        from areno_core.models.lora import weights_for_engine
+
         version = self.model.optimizer_steps
         if self._synced != version:
-            self.engine.sync_weights(self.placement.weights(), version=version)
+            if getattr(self.model, "adapter", None) is not None:  # LoRA: as the engine asks
+                weights = weights_for_engine(self.model, self.lora_weights)
+            else:
+                weights = self.placement.weights()
+            self.engine.sync_weights(weights, version=version)
             self._synced = version
 
     def __call__(

@@ -11,6 +11,11 @@ Layout under the save path (see ``docs/checkpoints.md``)::
         areno_checkpoint.json   # manifest: format version, step, time, files; written last
         critic/                 # one sub-directory per extra model (e.g. PPO critic)
 
+A LoRA run saves the policy's adapter in PEFT's format instead of full weights
+(``adapter_config.json``, ``adapter_model.safetensors``: ``PeftModel.from_pretrained(base,
+step_200)`` loads it), and with ``--save-merged`` an export ``merged/`` (a plain Hugging Face
+model); see ``docs/lora.md``.
+
 A save writes everything into ``.tmp-step_<N>-<random>/`` next to the final directory and
 renames it into place, so an interrupted save never leaves a partial ``step_<N>``.
 
@@ -34,7 +39,7 @@ import random
 import re
 import secrets
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +61,8 @@ CONFIG_FILE = "config.yaml"
 LATEST_FILE = "latest"
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+ADAPTER_CONFIG_FILE = "adapter_config.json"
+ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 TEMP_PREFIX = ".tmp-"
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -160,6 +167,7 @@ def save_checkpoint(
     config: Mapping[str, Any],
     extra_models: Mapping[str, ExtraModel] | None = None,
     generators: Mapping[str, torch.Generator] | None = None,
+    exports: Mapping[str, Callable[[Path], None]] | None = None,
 ) -> Path:
     """Write ``<save_root>/step_<step>/`` atomically and point ``latest`` at it.
 
@@ -168,13 +176,20 @@ def save_checkpoint(
     Python values (None, bool, int, float, str, lists, tuples, dicts) and tensors.
     ``extra_models`` maps a sub-directory name to a module, ``(module, optimizer)`` or
     ``(module, optimizer, scheduler)``. ``generators`` are named ``torch.Generator``s whose
-    states are saved with the global RNG states. Call it on one process only.
+    states are saved with the global RNG states. ``exports`` maps a sub-directory name to a
+    function that writes into it (e.g. a LoRA policy's merged export); they are part of the
+    checkpoint's files but are not read back by :func:`load_checkpoint`. ``model`` may be a
+    PEFT model: its adapter is saved in PEFT's format. Call it on one process only.
 
     Returns the final checkpoint directory. An existing ``step_<step>`` is replaced.
     """
     if step < 0:
         raise ValueError(f"save_checkpoint: step must be zero or more, got {step}")
     extras = _normalise_extras(extra_models)
+    for name in exports or {}:
+        if name in extras:
+            raise ValueError(f"{name!r} is both an extra model and an export")
+        _check_sub_name(name, "export")
     rng = capture_rng_state(generators)
     state = {
         "format_version": FORMAT_VERSION,
@@ -205,9 +220,13 @@ def save_checkpoint(
             tokenizer.save_pretrained(str(tmp))
         for name, (module, _, _) in extras.items():
             _save_module(module, tmp / name)
+        for name, write in (exports or {}).items():
+            write(tmp / name)
         torch.save(state, tmp / TRAINER_STATE_FILE)
         (tmp / CONFIG_FILE).write_text(config_text)
-        _write_manifest(tmp, step=step, extra_names=sorted(extras))
+        _write_manifest(
+            tmp, step=step, extra_names=sorted(extras), export_names=sorted(exports or {})
+        )
         _fsync_tree(tmp)
         _move_into_place(tmp, final)
         _write_latest(root, final.name)
@@ -223,11 +242,7 @@ def _normalise_extras(
 ) -> dict[str, tuple[nn.Module, Any, Any]]:
     out: dict[str, tuple[nn.Module, Any, Any]] = {}
     for name, value in (extra_models or {}).items():
-        if not _EXTRA_NAME.match(name) or name in _RESERVED_NAMES or _STEP_DIR.match(name):
-            raise ValueError(
-                f"extra model name {name!r} must be a plain directory name (letters, digits, "
-                "'_' or '-') and not one of: latest, tokenizer, step_<N>"
-            )
+        _check_sub_name(name, "extra model")
         if isinstance(value, nn.Module):
             out[name] = (value, None, None)
         elif isinstance(value, tuple) and len(value) in (2, 3) and isinstance(value[0], nn.Module):
@@ -238,6 +253,14 @@ def _normalise_extras(
                 f"(module, optimizer, scheduler); got {type(value).__name__}"
             )
     return out
+
+
+def _check_sub_name(name: str, what: str) -> None:
+    if not _EXTRA_NAME.match(name) or name in _RESERVED_NAMES or _STEP_DIR.match(name):
+        raise ValueError(
+            f"{what} name {name!r} must be a plain directory name (letters, digits, "
+            "'_' or '-') and not one of: latest, tokenizer, step_<N>"
+        )
 
 
 def _plain(value: Any, where: str) -> Any:
@@ -275,6 +298,11 @@ def _unwrap(module: nn.Module) -> nn.Module:
 def _save_module(module: nn.Module, directory: Path) -> None:
     module = _unwrap(module)
     directory.mkdir(parents=True, exist_ok=True)
+    if getattr(module, "peft_config", None) is not None and hasattr(module, "base_model"):
+        from areno_core.models.lora import save_adapter
+
+        save_adapter(module, directory)  # a LoRA policy: its adapter, in PEFT's format
+        return
     if hasattr(module, "save_pretrained"):
         module.save_pretrained(str(directory))
         return
@@ -283,7 +311,9 @@ def _save_module(module: nn.Module, directory: Path) -> None:
     save_model(module, str(directory / WEIGHTS_FILE))
 
 
-def _write_manifest(directory: Path, *, step: int, extra_names: list[str]) -> None:
+def _write_manifest(
+    directory: Path, *, step: int, extra_names: list[str], export_names: list[str]
+) -> None:
     files = {
         p.relative_to(directory).as_posix(): p.stat().st_size
         for p in sorted(directory.rglob("*"))
@@ -295,6 +325,8 @@ def _write_manifest(directory: Path, *, step: int, extra_names: list[str]) -> No
         "step": step,
         "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "extra_models": extra_names,
+        "exports": export_names,
+        "lora": (directory / ADAPTER_CONFIG_FILE).is_file(),
         "files": files,
     }
     (directory / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -361,12 +393,19 @@ def missing_files(path: str | os.PathLike[str]) -> list[str]:
     Each entry is a short reason naming a file, e.g. ``"trainer_state.pt is missing"``.
     """
     path = Path(path)
+    # A LoRA run's checkpoint holds its policy as an adapter (PEFT's format), not full weights.
+    adapter = (path / ADAPTER_CONFIG_FILE).is_file()
+    model_files = (ADAPTER_WEIGHTS_FILE,) if adapter else ("config.json",)
     problems = [
         f"{name} is missing"
-        for name in (MANIFEST_FILE, TRAINER_STATE_FILE, CONFIG_FILE, "config.json")
+        for name in (MANIFEST_FILE, TRAINER_STATE_FILE, CONFIG_FILE, *model_files)
         if not (path / name).is_file()
     ]
-    if not (path / WEIGHTS_FILE).is_file() and not (path / WEIGHTS_INDEX_FILE).is_file():
+    if (
+        not adapter
+        and not (path / WEIGHTS_FILE).is_file()
+        and not (path / WEIGHTS_INDEX_FILE).is_file()
+    ):
         problems.append(f"{WEIGHTS_FILE} (or {WEIGHTS_INDEX_FILE}) is missing")
     if problems:
         return problems
@@ -601,6 +640,16 @@ def load_module_weights(module: nn.Module, directory: str | os.PathLike[str]) ->
     """
     directory = Path(directory)
     target = _unwrap(module)
+    if getattr(target, "peft_config", None) is not None and hasattr(target, "base_model"):
+        from areno_core.models.lora import load_adapter_weights
+
+        load_adapter_weights(target, directory)
+        return
+    if (directory / ADAPTER_CONFIG_FILE).is_file():
+        raise ConfigError(
+            f"{directory} holds a LoRA adapter, not full weights; load it into a model with "
+            "the same LoRA adapters (resume with the run's --lora-* options)"
+        )
     weights = read_weights(directory)
     convert = getattr(target, "convert_saved_weights", None)
     if convert is not None:  # a module saved in another layout (a ValueModel as a classifier)

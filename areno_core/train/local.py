@@ -410,12 +410,13 @@ class LocalBackend:
     ) -> Path:
         """Write ``<save_root>/step_<model.step>/`` atomically (see
         :func:`areno_core.train.checkpoint.save_checkpoint`)."""
+        from areno_core.models.lora import checkpoint_exports
         from areno_core.train.checkpoint import save_checkpoint
 
         return save_checkpoint(
             save_root,
             model.step,
-            model=model.policy,
+            model=model.saved_policy,
             tokenizer=model.tokenizer,
             optimizer=model.optimizer,
             scheduler=model.scheduler,
@@ -423,6 +424,7 @@ class LocalBackend:
             config=config,
             extra_models=_extra_models(model),
             generators=_generators(model),
+            exports=checkpoint_exports(model),
         )
 
     def load_checkpoint(self, model: TrainableModel, path: str | Path) -> dict[str, Any]:
@@ -439,7 +441,7 @@ class LocalBackend:
             return load_training_checkpoint(model, path)
         state = load_checkpoint(
             path,
-            model=model.policy,
+            model=model.saved_policy,
             optimizer=model.optimizer,
             scheduler=model.scheduler,
             extra_models=_extra_models(model),

@@ -38,6 +38,7 @@ from areno_core.accel.memory import MemoryMeter
 from areno_core.log import get_logger
 from areno_core.model import TrainableModel
 from areno_core.models.loading import ValueModel, load_model_config, load_tokenizer
+from areno_core.models.lora import LoraSettings
 from areno_core.models.scratch import build_random_model, is_random_ref
 from areno_core.rollout.base import EngineOptions, RolloutSession
 from areno_core.train.contract import TrainingBackend
@@ -293,6 +294,9 @@ class RunProbes:
         model = TrainableModel(
             policy, load_tokenizer(cfg.ckpt), reference=reference, critic=critic, seed=cfg.seed
         )
+        lora = LoraSettings.from_config(cfg)
+        if lora is not None:  # train what the run trains: adapters, the base as reference
+            model.add_lora(lora)
         # Past the critic warm-up, so the policy's optimizer state exists like in a long run.
         model.step = cfg.critic_warmup_steps
         self.backend.setup(model, spec, **self.setup_kwargs)

@@ -68,6 +68,27 @@ def test_tune_params_on_cpu_fills_values_writes_them_and_trains(inputs, tmp_path
     assert '"rollout/samples": 16.0' in metrics and "memory/train_peak_mib" in metrics
 
 
+def test_tune_params_with_lora_probes_the_adapted_policy_and_trains_adapters(
+    inputs, tmp_path, monkeypatch
+):
+    from areno_core.model import TrainableModel
+
+    attached = []
+    real = TrainableModel.add_lora
+
+    def spy(self, settings):
+        attached.append(settings.rank)
+        return real(self, settings)
+
+    monkeypatch.setattr(TrainableModel, "add_lora", spy)
+    run = tmp_path / "run"
+    run_areno(*_argv(inputs, run, "--lora-rank", "4"))
+    assert attached == [4, 4]  # the probe's random-weight model, then the run's policy
+    tune = yaml.safe_load((run / "tune.yaml").read_text())
+    assert [t["phase"] for t in tune["trials"]] == ["rollout", "train"]
+    assert (run / "step_1" / "adapter_config.json").is_file()
+
+
 @pytest.mark.slow
 def test_tune_params_keeps_given_values(inputs, tmp_path):
     run = tmp_path / "run"

@@ -332,6 +332,11 @@ def _check(config: Any) -> str | None:
             f"--dtype {config.dtype}: parameters stay float32 under FSDP2, which computes in "
             "bfloat16 on GPUs itself (--fsdp-mixed-precision); use --dtype auto or float32"
         )
+    if getattr(config, "lora_rank", None) is not None:
+        return (
+            f"--lora-rank {config.lora_rank}: LoRA adapters are not sharded by the distributed "
+            "backend yet; train LoRA in one process (--world-size 1)"
+        )
     if getattr(config, "tune_params", False):
         return (
             "--tune-params probes one process's memory; give --max-running-prompts, "

@@ -128,9 +128,28 @@ SMOKE_DPO = Recipe(
     description="Internal smoke test of --algo dpo; not a public recipe.",
 )
 
+# LoRA: a recipe that needs adapters and sets them itself; the reference is the base model
+# (the policy with its adapters off) and the checkpoint an adapter in PEFT's format.
+SMOKE_DPO_LORA = Recipe(
+    name="smoke/dpo-lora",
+    summary="DPO with rank-8 LoRA adapters: 6 steps of 8 pairs; margin must rise",
+    algorithms=("dpo",),
+    dataset=FIXTURE,
+    loader="smoke_preferences",
+    checkpoint="random:qwen3-tiny",
+    defaults={**SMOKE_DPO.defaults, "lora_rank": 8, "lr": 2e-2, "min_lr": 2e-2},
+    hardware=CPU,
+    lora_required=True,
+    expected_metrics=SMOKE_DPO.expected_metrics,
+    gates=SMOKE_DPO.gates,
+    visibility="internal",
+    description="Internal smoke test of --algo dpo with --lora-rank; not a public recipe.",
+)
+
 SMOKE_RECIPES: tuple[Recipe, ...] = (
     SMOKE_SFT,
     SMOKE_DPO,
+    SMOKE_DPO_LORA,
     _online("grpo", {}),
     _online("gspo", {}),
     _online("rloo", {}),

@@ -68,6 +68,10 @@ ARITH = Recipe(
     loader="arith",
     reward="exact_match",
     defaults=_ARITH_COMMON,
+    # With --lora-rank the adapters need a 10x larger step: of 1e-4, 3e-4, 1e-3 and 3e-3
+    # (rank 16, gspo), 1e-3 lifted held-out accuracy most (0.240 -> 0.540 at step 500) and
+    # never lost accuracy on the way; 3e-3 first fell to 0.142 (step 100). See docs/lora.md.
+    lora_defaults={"lr": 1.0e-3, "min_lr": 1.0e-4},
     algorithm_defaults={
         "gspo": {
             **_ARITH_RL,
