@@ -27,8 +27,11 @@ def _encode(
     max_new_tokens: int,
     disable_thinking: bool,
     stats: FeaturizeStats,
+    tools: Any = None,
 ) -> tuple[list[int], list[int]] | None:
-    ids, mask = encode_sft_example(tokenizer, prompt, response, disable_thinking=disable_thinking)
+    ids, mask = encode_sft_example(
+        tokenizer, prompt, response, disable_thinking=disable_thinking, tools=tools or None
+    )
     prompt_len = mask.index(1) if 1 in mask else len(mask)
     if prompt_len > max_prompt_tokens:
         stats.skipped_long_prompts += 1
@@ -60,6 +63,7 @@ def sft_trajectories(
             max_new_tokens=max_new_tokens,
             disable_thinking=disable_thinking,
             stats=stats,
+            tools=row.get("tools"),
         )
         if encoded is None:
             continue
