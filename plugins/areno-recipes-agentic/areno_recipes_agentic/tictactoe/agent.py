@@ -57,7 +57,8 @@ async def play_sample(
     mode = row.get("mode") or "tool"
     board = str(row.get("board", ""))
     retries = _retries(row, default_retries)
-    extra: dict[str, Any] = {"tools": [choose_square_tool()]} if mode == "tool" else {}
+    tools = row.get("tools") or [choose_square_tool()]
+    extra: dict[str, Any] = {"tools": list(tools)} if mode == "tool" else {}
     messages: list[Mapping[str, Any]] = list(item.messages)
     turns: list[AgentTrajectoryTurn] = []
     for attempt in range(retries + 1):
