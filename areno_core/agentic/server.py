@@ -15,8 +15,10 @@ follow the OpenAI schema (:mod:`areno_core.agentic.schema`). A request goes thro
    rendered or tokenised (``max_prompt_tokens`` x the longest token of the vocabulary);
 3. the prompt is built on a small thread pool (so a small request is not stuck behind a
    large one) and its token count checked against ``max_prompt_tokens``;
-4. one scheduler thread owns the engine: it gathers the ready requests for ``batch_wait_s``
-   and issues one ``engine.generate`` call per distinct sampling setting, so concurrent agent
+4. one scheduler thread owns the engine: it gathers the ready requests (for as long as more
+   are being rendered or keep arriving within ``batch_wait_s`` of each other, at most
+   ``max_batch_wait_s``) and
+   issues one ``engine.generate`` call per distinct sampling setting, so concurrent agent
    requests are decoded together. Requests with a ``seed`` are generated on their own, so
    their result does not depend on what else was queued;
 5. a request whose client disconnects, or that outlives ``timeout_s`` (answered ``504``), is
@@ -45,7 +47,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -142,6 +144,7 @@ class AgentServer:
         generator: Any = None,
         model_name: str = "policy",
         batch_wait_s: float = 0.005,
+        max_batch_wait_s: float = 0.25,
         api_key: str | None = None,
         max_prompt_tokens: int | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
@@ -164,6 +167,7 @@ class AgentServer:
         self.generator = generator
         self.model_name = model_name
         self.batch_wait_s = batch_wait_s
+        self.max_batch_wait_s = max(batch_wait_s, max_batch_wait_s)
         self.api_key = api_key or f"areno-{secrets.token_urlsafe(24)}"
         self.max_body_bytes = int(max_body_bytes)
         self.max_connections = int(max_connections)
@@ -185,6 +189,7 @@ class AgentServer:
         self._render_threads = max(1, int(render_threads))
         self._render_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._queue: deque[Job] = deque()
+        self._rendering = 0  # requests whose prompt is being built (they will join soon)
         self._cond = threading.Condition()
         self._stopping = False
         self._uvicorn: Any = None
@@ -361,12 +366,17 @@ class AgentServer:
         loop = asyncio.get_running_loop()
         if self._render_pool is None:
             raise RequestError(503, "the agent endpoint is shutting down")
+        with self._cond:
+            self._rendering += 1
         try:
             job.prompt = await loop.run_in_executor(self._render_pool, self._build_prompt, job)
         except RequestError:
             raise
         except RuntimeError as exc:  # the pool was shut down meanwhile
             raise RequestError(503, "the agent endpoint is shutting down") from exc
+        finally:
+            with self._cond:
+                self._rendering -= 1
         limit = self.max_prompt_tokens
         if limit is not None and len(job.prompt.ids) > limit:
             raise RequestError(
@@ -456,7 +466,7 @@ class AgentServer:
         the chat template writes it; appended to the prompt to honour ``tool_choice``."""
         key = (json.dumps(tools, sort_keys=True), name)
         if key not in self._prefills:
-            self._prefills[key] = _tool_call_prefix(self.tokenizer, tools, name)
+            self._prefills[key] = forced_tool_prefix(self.tokenizer, tools, name)
         prefix = self._prefills[key]
         if prefix is None:
             raise RequestError(
@@ -477,7 +487,7 @@ class AgentServer:
                     self._cond.wait()
                 if self._stopping:
                     return
-            time.sleep(self.batch_wait_s)  # let requests sent at the same moment join
+            self._gather()
             with self._cond:
                 batch = [job for job in self._queue if not job.cancelled]
                 self._queue.clear()
@@ -490,6 +500,21 @@ class AgentServer:
                     logger.exception("agent endpoint: serving a batch failed")
                     for job in batch:
                         job.resolve(500, error_payload(repr(exc), kind="server_error"))
+
+    def _gather(self) -> None:
+        """Let a burst of requests join one batch: wait while prompts are still being built
+        or new requests keep arriving within ``batch_wait_s`` of each other, for at most
+        ``max_batch_wait_s`` in all."""
+        deadline = time.monotonic() + self.max_batch_wait_s
+        with self._cond:
+            seen = len(self._queue)
+        while True:
+            time.sleep(self.batch_wait_s)
+            with self._cond:
+                now, rendering = len(self._queue), self._rendering
+            if (now == seen and not rendering) or time.monotonic() >= deadline:
+                return
+            seen = now
 
     def _serve(self, batch: list[Job]) -> None:
         groups: dict[Any, list[Job]] = {}
@@ -742,11 +767,14 @@ def _top_logprobs(
     ]
 
 
-def _tool_call_prefix(tokenizer: Any, tools: list[dict[str, Any]], name: str | None) -> str | None:
+def forced_tool_prefix(
+    tokenizer: Any, tools: Sequence[Mapping[str, Any]], name: str | None
+) -> str | None:
     """The text the chat template writes at the start of an assistant turn that calls
     ``name`` (through ``"arguments": ``), or, with ``name`` None, up to the opening of the
     call object (``<tool_call>`` for Qwen-style templates). None when the template does not
     render a call in a form that can be cut this way."""
+    tools = [dict(t) for t in tools]
     probe_name = name or tools[0]["function"]["name"]
     messages = [{"role": "user", "content": "x"}]
     call = {
@@ -806,6 +834,7 @@ __all__ = [
     "RequestError",
     "ServedChoice",
     "ServedCompletion",
+    "forced_tool_prefix",
     "longest_token_chars",
     "token_bytes",
 ]

@@ -261,3 +261,38 @@ def test_fifty_concurrent_clients_are_answered_in_few_engine_calls(
         assert len(server.records) == 50
     assert {r.choices[0].message.content for r in replies} == {"ok"}
     assert len(engine.calls) < 25
+
+
+def _conversation(count: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Play."}]
+    for i in range(count):
+        messages.append({"role": "user", "content": f"move {i}"})
+        messages.append({"role": "assistant", "content": f"ok {i}"})
+    messages.append({"role": "user", "content": "last"})
+    return messages
+
+
+def test_prompt_building_renders_linear_not_quadratic_in_messages(byte_tokenizer: Any) -> None:
+    from areno_core.agentic.prompt import PromptBuilder
+    from areno_core.models.chat import encode_prompt
+
+    def rendered_messages(count: int) -> tuple[int, Any]:
+        builder = PromptBuilder(byte_tokenizer)
+        seen: list[int] = []
+        original = builder.render
+        builder.render = lambda m, t, gen=True: seen.append(len(m)) or original(m, t, gen)
+        prompt = builder.build(_conversation(count), [])
+        return sum(seen), prompt
+
+    small, _ = rendered_messages(50)
+    large, prompt = rendered_messages(400)
+    # Each message is rendered a bounded number of times (in windows of a few messages), plus
+    # one rendering of the whole conversation: linear. Rendering every prefix would make 8x
+    # the messages cost 64x the work.
+    assert large < 10 * small
+    assert large < 12 * 802
+    messages = _conversation(400)
+    assert prompt.ids == encode_prompt(byte_tokenizer, messages)
+    roles = [s["role"] for s in prompt.spans]
+    assert roles == [m["role"] for m in messages] + ["generation_prompt"]
+    assert [s["message_index"] for s in prompt.spans[:-1]] == list(range(len(messages)))
