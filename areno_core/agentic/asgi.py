@@ -135,7 +135,7 @@ class Guard:
 def build_app(server: AgentServer) -> ASGIApp:
     """The endpoint's ASGI app for ``server``."""
     from starlette.applications import Starlette
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
@@ -158,7 +158,10 @@ def build_app(server: AgentServer) -> ASGIApp:
     async def chat(request: Request) -> Response:
         loop = asyncio.get_running_loop()
         try:
-            body = await _read_body(request, server.max_body_bytes, server.body_timeout_s)
+            try:
+                body = await _read_body(request, server.max_body_bytes, server.body_timeout_s)
+            except ClientDisconnect:
+                return Response(status_code=499)  # the client left mid-body; nobody reads this
             parsed = parse_chat_request(body)
             job = server.prepare(parsed)
             job.deadline = loop.time() + server.timeout_s
