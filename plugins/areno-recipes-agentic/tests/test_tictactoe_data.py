@@ -113,6 +113,7 @@ def test_tictactoe_loader_text_mode_asks_for_move_tag() -> None:
         ({"board": "XX.OO....", "player": "O"}, "player"),
         ({"board": "XX.OO....", "mode": "voice"}, "mode"),
         ({"board": "XX.OO....", "style": "tiny"}, "'style' must be one of"),
+        ({"board": "XX.OO....", "tool_choice": "resign"}, "'tool_choice' must be one of"),
     ],
 )
 def test_tictactoe_loader_bad_row_raises_dataset_error(row: dict, fragment: str) -> None:
@@ -158,10 +159,12 @@ def test_generate_positions_exclude_and_style(tmp_path: Path) -> None:
     assert main(["--output", str(held_out), "--count", "40", "--seed", "1"]) == 0
     train = tmp_path / "train.jsonl"
     args = ["--output", str(train), "--count", "50", "--seed", "2", "--style", "compact"]
+    args += ["--tool-choice", "choose_square"]
     assert main([*args, "--exclude", str(held_out)]) == 0
     evals = {json.loads(line)["board"] for line in held_out.read_text().splitlines()}
     rows = [json.loads(line) for line in train.read_text().splitlines()]
     assert len(rows) == 50 and not evals & {r["board"] for r in rows}
     assert {r["style"] for r in rows} == {"compact"}
+    assert {r["tool_choice"] for r in rows} == {"choose_square"}
     with pytest.raises(ValueError, match="style"):
         generate_positions(1, seed=0, style="tiny")

@@ -50,3 +50,36 @@ def test_square_reads_the_first_choose_square_call() -> None:
     assert _square([call("choose_square", {"square": True})]) is None
     assert _square([call("choose_square", {"cell": 3})]) is None
     assert _square([]) is None
+
+
+def test_moving_average_is_a_trailing_mean() -> None:
+    from areno_recipes_agentic.tictactoe.plot import moving_average
+
+    assert moving_average([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+    assert moving_average([], 5) == []
+
+
+def test_warmstart_export_keeps_model_files_and_records_provenance(tmp_path) -> None:
+    from areno_recipes_agentic.tictactoe.warmstart import export_checkpoint, sha256
+
+    run = tmp_path / "run"
+    step = run / "step_300"
+    step.mkdir(parents=True)
+    (run / "latest").write_text("step_300\n")
+    for name, body in {
+        "model.safetensors": b"weights",
+        "config.json": b"{}",
+        "chat_template.jinja": b"tpl",
+        "trainer_state.pt": b"optimizer",
+    }.items():
+        (step / name).write_bytes(body)
+    out = export_checkpoint(run, tmp_path / "warm")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "chat_template.jinja",
+        "config.json",
+        "model.safetensors",
+        "provenance.json",
+    ]
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["source_step"] == "step_300"
+    assert provenance["model_sha256"] == sha256(out / "model.safetensors")

@@ -7,7 +7,8 @@
 Two measurements, both with greedy decoding (deterministic for a checkpoint):
 
 * **positions**: the model's move on each held-out position (default: the pack's
-  ``tictactoe_cpu_eval.jsonl``), prompted exactly as in training and read from its
+  ``tictactoe_cpu_eval.jsonl``), prompted exactly as in training (with rows that force the
+  call, the reply starts with it, as the endpoint does for ``tool_choice``) and read from its
   ``choose_square`` call the way the endpoint and the reward read it. Reported: ``reward``
   (the mean training reward), ``optimal`` (share of optimal moves), ``legal`` (share of legal
   moves) and ``tool_call`` (share of replies with a readable ``choose_square`` call).
@@ -68,17 +69,21 @@ class MovePicker:
     """Greedy moves of a model for many boards at once, through the chat template and the
     same tool-call parser as the agentic endpoint."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, style: str = "compact") -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, *, style: str = "compact", forced: bool = False
+    ) -> None:
         from areno_core.rollout import EngineOptions, NativeEngine
 
         self.tokenizer = tokenizer
         self.style = style
+        self.forced = forced
         self.engine = NativeEngine(
             model, tokenizer, EngineOptions(attn_backend="native", max_prompt_tokens=4096)
         )
 
     def moves(self, boards: Sequence[str]) -> list[int | None]:
         """The square the model picks on each board (None: no readable ``choose_square``)."""
+        from areno_core.agentic.server import forced_tool_prefix
         from areno_core.agentic.toolparse import parse_assistant_text
         from areno_core.models.chat import encode_prompt
         from areno_core.types import SamplingParams
@@ -86,10 +91,14 @@ class MovePicker:
         if not boards:
             return []
         tools = [choose_square_tool(compact=self.style == "compact")]
+        prefill = forced_tool_prefix(self.tokenizer, tools, TOOL_NAME) if self.forced else None
         prompts = []
         for board in boards:
             row = tictactoe_loader({"board": board, "style": self.style})
-            prompts.append(encode_prompt(self.tokenizer, row["prompt"], tools=tools))
+            ids = encode_prompt(self.tokenizer, row["prompt"], tools=tools)
+            if prefill:
+                ids += self.tokenizer.encode(prefill, add_special_tokens=False)
+            prompts.append(ids)
         sampling = SamplingParams(max_new_tokens=MAX_NEW_TOKENS, greedy=True, seed=0)
         self.engine.start_session()
         try:
@@ -105,7 +114,7 @@ class MovePicker:
             if completions[0].finish_reason == "stop" and ids:
                 ids = ids[:-1]
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            _, calls = parse_assistant_text(text, tools=tools, parse_tools=True)
+            _, calls = parse_assistant_text((prefill or "") + text, tools=tools, parse_tools=True)
             out.append(_square(calls))
         return out
 
@@ -189,9 +198,10 @@ def evaluate_checkpoint(
     rows = load_rows(str(resolve_resource(dataset)))[:limit]
     boards = [str(r["board"]) for r in rows]
     style = str(rows[0].get("style") or "full") if rows else "compact"
+    forced = bool(rows) and rows[0].get("tool_choice") == TOOL_NAME
     model, tokenizer = load_model_and_tokenizer(str(resolve_resource(ckpt)))
     model.eval()
-    picker = MovePicker(model, tokenizer, style=style)
+    picker = MovePicker(model, tokenizer, style=style, forced=forced)
     with torch.inference_mode():
         positions = score_positions(picker, boards)
         played = play_games(picker, games) if games else None

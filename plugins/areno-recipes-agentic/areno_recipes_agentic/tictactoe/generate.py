@@ -50,10 +50,14 @@ def candidate_positions(skip_trivial: bool = True) -> tuple[str, ...]:
 
 
 def position_row(
-    board: str, row_id: str, mode: str = "tool", style: str = "full"
+    board: str,
+    row_id: str,
+    mode: str = "tool",
+    style: str = "full",
+    tool_choice: str | None = None,
 ) -> dict[str, Any]:
-    """The dataset row for one non-terminal ``board`` (``style`` is written only when it is
-    not the default)."""
+    """The dataset row for one non-terminal ``board`` (``style`` and ``tool_choice`` are
+    written only when they are not the defaults)."""
     solution = solve(board)
     return {
         "id": row_id,
@@ -61,6 +65,7 @@ def position_row(
         "player": to_move(board),
         "mode": mode,
         **({"style": style} if style != "full" else {}),
+        **({"tool_choice": tool_choice} if tool_choice else {}),
         "legal_moves": legal_moves(board),
         "optimal_moves": list(solution.optimal_moves),
         "value": solution.value,
@@ -75,6 +80,7 @@ def generate_positions(
     skip_trivial: bool = True,
     style: str = "full",
     exclude: Collection[str] = (),
+    tool_choice: str | None = None,
 ) -> list[dict[str, Any]]:
     """``count`` positions drawn without repeats (until the pool runs out) with a seeded RNG.
 
@@ -98,7 +104,10 @@ def generate_positions(
         order = pool[:]
         rng.shuffle(order)
         boards.extend(order[: count - len(boards)])
-    return [position_row(b, f"tictactoe-{seed}-{i:05d}", mode, style) for i, b in enumerate(boards)]
+    return [
+        position_row(b, f"tictactoe-{seed}-{i:05d}", mode, style, tool_choice)
+        for i, b in enumerate(boards)
+    ]
 
 
 def read_boards(path: str | Path) -> set[str]:
@@ -140,6 +149,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="prompt style written into the rows: 'compact' for the small CPU model",
     )
     parser.add_argument(
+        "--tool-choice",
+        default=None,
+        help="tool_choice written into the rows ('auto', 'required' or 'choose_square', "
+        "which makes the endpoint start every reply with the call)",
+    )
+    parser.add_argument(
         "--exclude",
         nargs="+",
         default=[],
@@ -164,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         skip_trivial=not args.include_trivial,
         style=args.style,
         exclude=exclude,
+        tool_choice=args.tool_choice,
     )
     write_jsonl(rows, args.output)
     print(f"wrote {len(rows)} tic-tac-toe positions to {args.output}")

@@ -3,7 +3,9 @@
 Input row: ``board`` (required, 9 characters of X/O/.), and optionally ``player``, ``mode``
 (``"tool"``, the default, or ``"text"``), ``style`` (``"full"``, the default, or
 ``"compact"``), ``legal_moves``, ``optimal_moves``, ``value`` and any other fields (``id``...).
-Optional solved fields are recomputed and must agree when present.
+Optional solved fields are recomputed and must agree when present. ``tool_choice``
+(``"auto"``, ``"required"`` or ``"choose_square"``) is passed on to the agent, which sends it
+with the request (tool mode only).
 
 Output row: every input field, plus ``prompt`` (chat messages), ``player``, ``mode``,
 ``style``, ``legal_moves``, ``optimal_moves``, ``value``, ``solutions`` (the optimal squares as
@@ -28,6 +30,7 @@ from areno_recipes_agentic.tictactoe.tools import TOOL_NAME, choose_square_tool
 
 MODES = ("tool", "text")
 STYLES = ("full", "compact")
+TOOL_CHOICES = ("auto", "required", TOOL_NAME)
 
 RULES = (
     "You are playing tic-tac-toe. Two players take turns marking free squares of a 3x3 grid, "
@@ -96,6 +99,12 @@ def tictactoe_loader(row: Mapping[str, Any]) -> dict[str, Any]:
     mode = row.get("mode") or "tool"
     if mode not in MODES:
         raise DatasetError(f"tic-tac-toe row {row.get('id', '?')}: 'mode' must be one of {MODES}")
+    choice = row.get("tool_choice")
+    if choice is not None and choice not in TOOL_CHOICES:
+        raise DatasetError(
+            f"tic-tac-toe row {row.get('id', '?')}: 'tool_choice' must be one of "
+            f"{TOOL_CHOICES}, got {choice!r}"
+        )
     style = row.get("style") or "full"
     if style not in STYLES:
         raise DatasetError(
