@@ -70,6 +70,8 @@ def test_plugin_register_recipes_gives_gpu_and_cpu_recipes() -> None:
         "agentic/duelgrid-cpu",
         "agentic/tictactoe",
         "agentic/tictactoe-cpu",
+        "agentic/tictactoe-cpu-sft",
+        "agentic/tictactoe-cpu-smoke",
     ]
 
 
