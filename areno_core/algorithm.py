@@ -34,6 +34,7 @@ import attrs
 
 AlgorithmKind = Literal["supervised", "preference", "online"]
 Role = Literal["reference", "critic", "reward_model"]
+ROLES: tuple[str, ...] = ("reference", "critic", "reward_model")
 LossFn = Callable[[Mapping[str, Any], Mapping[str, Any], Any], "tuple[Any, dict[str, Any]]"]
 AdvantageFn = Callable[[dict[str, Any], Any], dict[str, Any]]
 
@@ -60,9 +61,25 @@ class RowSchema:
 class AlgorithmSpec:
     """What an algorithm plugin registers.
 
-    ``config_cls`` is an attrs class whose field names are names of run options (for example
-    ``grpo_clip_eps``); the core fills each field from the resolved run config, so an algorithm
-    declares exactly the options it reads.
+    ``config_cls`` is an attrs class whose fields are the algorithm's own run options, declared
+    with :func:`areno_core.option` (for example ``grpo_clip_eps``). It is their only
+    declaration: ``areno train --help``, ``--config`` files, recipes and the generated docs are
+    built from it, and the core fills each field from the resolved run.
+
+    What the core must know about an algorithm it learns from these fields, never from its name:
+
+    ``roles`` / ``optional_roles``
+        Models besides the policy: ``reference`` (a frozen reference model), ``critic`` (a
+        value model with its own optimizer) and ``reward_model`` (``--reward-ckpt`` may score
+        samples). A required role is always set up; an optional one is offered.
+    ``wants_reference``
+        For an optional reference: a function of the algorithm's config saying whether this
+        configuration uses it (PPO's KL loss). A reference the user gives is always scored.
+    ``needs_groups``
+        Advantages are relative to the other samples of the same prompt, so ``--n-samples``
+        must be 2 or more.
+    ``needs_entropy`` / ``needs_values``
+        Ask the backend for per-token entropies / the critic's values.
     """
 
     name: str
@@ -74,6 +91,8 @@ class AlgorithmSpec:
     advantages: AdvantageFn | None = None
     roles: frozenset[str] = frozenset()
     optional_roles: frozenset[str] = frozenset()
+    wants_reference: Callable[[Any], bool] | None = None
+    needs_groups: bool = False
     needs_entropy: bool = False
     needs_values: bool = False
 
@@ -84,18 +103,32 @@ class AlgorithmSpec:
             raise ValueError(f"online algorithm {self.name!r} must define advantages()")
         if not attrs.has(self.config_cls):
             raise TypeError(f"algorithm {self.name!r}: config_cls must be an attrs class")
+        unknown = (self.roles | self.optional_roles) - set(ROLES)
+        if unknown:
+            raise ValueError(
+                f"algorithm {self.name!r}: unknown role(s) {sorted(unknown)}; roles are "
+                f"{', '.join(ROLES)}"
+            )
 
     @property
     def needs_rollout(self) -> bool:
         return self.kind == "online"
 
+    def accepts(self, role: str) -> bool:
+        """Whether the algorithm can use a model in ``role`` (required or optional)."""
+        return role in self.roles or role in self.optional_roles
+
+    def uses_reference(self, config: Any, *, given: bool = False) -> bool:
+        """Whether a run with this algorithm config scores a reference model; ``given``: the
+        user supplied one (``--ref-ckpt`` or ``TrainableModel(reference=...)``)."""
+        if "reference" in self.roles:
+            return True
+        if "reference" not in self.optional_roles:
+            return False
+        return given or (self.wants_reference is not None and bool(self.wants_reference(config)))
+
     def make_config(self, options: Any) -> Any:
         """Build this algorithm's config from an object or mapping of run options."""
-        values: dict[str, Any] = {}
-        for field in attrs.fields(self.config_cls):
-            if isinstance(options, Mapping):
-                if field.name in options:
-                    values[field.name] = options[field.name]
-            elif hasattr(options, field.name):
-                values[field.name] = getattr(options, field.name)
-        return self.config_cls(**values)
+        from areno_core.options import make_options
+
+        return make_options(self.config_cls, options)

@@ -9,7 +9,14 @@ from areno_core.hookspecs import hookimpl
 
 
 @hookimpl
-def register_rollout_engines(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    from areno_core.rollout.native import create_native_engine
+def register_rollout_engines(register: Callable[[Any], None]) -> None:
+    from areno_core.rollout.native import NATIVE_ENGINE
 
-    register("native", create_native_engine)
+    register(NATIVE_ENGINE)
+
+
+@hookimpl
+def register_backends(register: Callable[[Any], None]) -> None:
+    from areno_core.train.local import LOCAL_BACKEND
+
+    register(LOCAL_BACKEND)

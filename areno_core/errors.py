@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 
 class ArenoError(Exception):
     """Base class for every error caused by user input or environment, not by a bug."""
@@ -25,3 +27,21 @@ class DatasetError(ArenoError, ValueError):
 
 class UserCodeError(ArenoError):
     """A user-supplied Python file (loader, reward, agent) could not be loaded."""
+
+
+def did_you_mean(
+    name: str,
+    candidates: Iterable[str],
+    *,
+    n: int = 3,
+    cutoff: float = 0.6,
+    render: Callable[[str], str] = repr,
+) -> str:
+    """`` Did you mean 'a', 'b'?`` for the candidates close to ``name``, else ``""``.
+
+    The one place error messages get their suggestions, so every "unknown X" reads alike.
+    """
+    import difflib
+
+    close = difflib.get_close_matches(name, list(candidates), n=n, cutoff=cutoff)
+    return f" Did you mean {', '.join(render(c) for c in close)}?" if close else ""

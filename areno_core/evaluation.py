@@ -8,6 +8,8 @@ the first step, every ``--eval-interval`` steps and after the last, and logs:
     eval/reward_mean            mean reward
     eval/response_length_mean   generated tokens per prompt
     eval/truncation_rate        share of completions cut by --max-new-tokens
+    eval/skipped_rows           prompts not evaluated (longer than --max-prompt-tokens); the
+                                other metrics are over the rest
     time/eval                   seconds spent evaluating
 
 Greedy decoding draws no random numbers, so evaluating does not change what the run samples
@@ -21,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from areno_core.rewards import RewardScorer
+from areno_core.rollout.base import RolloutSession
 from areno_core.rollout.collect import collect_groups, prompt_item
 from areno_core.types import SamplingParams
 
@@ -30,6 +33,7 @@ EVAL_METRICS = {
     "rollout/reward_mean": "eval/reward_mean",
     "rollout/response_length_mean": "eval/response_length_mean",
     "rollout/truncation_rate": "eval/truncation_rate",
+    "rollout/skipped_prompts": "eval/skipped_rows",
 }
 
 
@@ -50,8 +54,8 @@ def build_evaluator(
 
     def evaluate() -> dict[str, float]:
         started = time.perf_counter()
-        engine.start_session()
-        try:
+        # The evaluation batch may be larger than a training step's: free what it allocated.
+        with RolloutSession(engine, drop_state=True):
             _, stats = collect_groups(
                 items,
                 engine=engine,
@@ -61,8 +65,6 @@ def build_evaluator(
                 scorer=scorer,
                 disable_thinking=disable_thinking,
             )
-        finally:
-            engine.end_session(drop_state=True)
         metrics = {new: stats[old] for old, new in EVAL_METRICS.items() if old in stats}
         metrics["time/eval"] = time.perf_counter() - started
         return metrics

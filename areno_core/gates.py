@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 
+from areno_core.errors import did_you_mean
 from areno_core.log import get_logger
 from areno_core.recipe import Gate, Recipe
 
@@ -188,12 +189,8 @@ def _window(history: Sequence[Row], metric: str, after_step: int | None) -> list
 def _missing_hint(metric: str, logged: list[str], rows: int) -> str:
     if not rows:
         return " (the run logged no metrics at all)"
-    import difflib
-
-    close = difflib.get_close_matches(metric, logged, n=2, cutoff=0.6)
-    if close:
-        return f"; did the metric get renamed to {', '.join(close)}?"
-    return f" ({rows} rows logged)"
+    hint = did_you_mean(metric, logged, n=2, render=str)
+    return f";{hint}" if hint else f" ({rows} rows logged)"
 
 
 def _mean(values: Sequence[float]) -> float:

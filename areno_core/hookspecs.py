@@ -42,5 +42,10 @@ def register_recipes(register: Callable[[Any], None]) -> None:
 
 
 @hookspec
-def register_rollout_engines(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Register rollout engine factories: ``register(name, factory)``."""
+def register_rollout_engines(register: Callable[[Any], None]) -> None:
+    """Register rollout engines: ``register(spec: EngineSpec)``."""
+
+
+@hookspec
+def register_backends(register: Callable[[Any], None]) -> None:
+    """Register training backends: ``register(spec: BackendSpec)``."""

@@ -1,26 +1,46 @@
 """The training loop, on one screen.
 
+rollout.sync_weights()                 (online RL: the engine samples from the policy)
 for each step:
     rows  = next batch of dataset rows
     data  = rows                       (sft, dpo)
-          | rollout(rows) -> groups    (online RL: sample, score, group)
-    result = backend.train(model, data, ...)
-    every --eval-interval steps (and after the last): greedy held-out evaluation (eval/*)
+          | rollout(rows) -> groups    (online RL: sample, score, group; peak memory)
+    result = backend.train(model, data, ...)                         (peak memory)
+    rollout.sync_weights()             (the new policy version, if the step changed it)
+    every --eval-interval steps (and after the last): held-out evaluation (eval/*)
     log metrics, update the progress bar, save a checkpoint every --save-interval steps
+    stop early, between steps, when stop_requested() (Ctrl-C); the last step is saved either way
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
-from areno_core.backend import LocalBackend, TrainableModel
+from areno_core.accel.memory import PhaseMemory
+from areno_core.model import TrainableModel
+from areno_core.train.contract import TrainingBackend
 from areno_core.train.datastream import DataStream
 from areno_core.train.metrics import MetricsLogger
 from areno_core.train.progress import TrainProgress
+
+
+def _no_measurement(phase: str) -> contextlib.nullcontext[None]:
+    return contextlib.nullcontext()
+
+
+class Rollout(Protocol):
+    """What the loop needs of the rollout side (see :class:`areno_core.rollout.runner`)."""
+
+    def sync_weights(self) -> None:
+        """Hand the engine the current policy if it changed since the last call."""
+
+    def __call__(self, rows: list[Any], step: int) -> tuple[list[Any], dict[str, float]]:
+        """The trajectory groups for ``rows`` and the step's ``rollout/*`` metrics."""
 
 
 @attrs.define
@@ -31,42 +51,60 @@ class LoopResult:
     checkpoint_path: str | None
     first_eval: dict[str, float] = attrs.Factory(dict)
     last_eval: dict[str, float] = attrs.Factory(dict)
+    interrupted: bool = False
 
 
 def train_loop(
     *,
     model: TrainableModel,
-    backend: LocalBackend,
+    backend: TrainingBackend,
     stream: DataStream,
     train_kwargs: dict[str, Any],
     max_steps: int,
-    rollout: Callable[[list[Any], int], tuple[list[Any], dict[str, float]]] | None,
+    rollout: Rollout | None,
     metrics: MetricsLogger,
     progress: TrainProgress,
     save: Callable[[int], str] | None,
     save_interval: int,
     evaluate: Callable[[], dict[str, float]] | None = None,
     eval_interval: int | None = None,
+    stop_requested: Callable[[], bool] = lambda: False,
+    memory: PhaseMemory | None = None,
 ) -> LoopResult:
+    """Run the steps (see the module docstring); ``memory`` adds each step's peak memory of
+    the rollout and train phases (``memory/*``)."""
     started = time.perf_counter()
     final: dict[str, float] = {}
     checkpoint: str | None = None
     saved_step = -1
     evals: list[dict[str, float]] = []
+    if rollout is not None:
+        rollout.sync_weights()
     if evaluate is not None and model.step == 0:  # the starting point, logged as step 0
         evals.append(evaluate())
         metrics.log(evals[-1], 0)
+    interrupted = False
     while model.step < max_steps:
+        if stop_requested():  # only ever between steps, so what is saved is a whole step
+            interrupted = True
+            break
         step_start = time.perf_counter()
         rows = stream.next_batch()
         if rows is None:
             break
         step_metrics: dict[str, float] = {}
         data: list[Any] = rows
+        phase = memory if memory is not None else _no_measurement
         if rollout is not None:
-            data, step_metrics = rollout(rows, model.step)
-        result = backend.train(model, data, **train_kwargs)
+            with phase("rollout"):
+                data, step_metrics = rollout(rows, model.step)
+        with phase("train"):
+            result = backend.train(model, data, **train_kwargs)
+        if rollout is not None:
+            rollout.sync_weights()
         step_metrics.update(result.metrics)
+        if memory is not None:
+            step_metrics.update(memory.pop())
         step_metrics["time/step"] = time.perf_counter() - step_start
         last = result.step == max_steps
         if evaluate is not None and (last or result.step % (eval_interval or save_interval) == 0):
@@ -86,4 +124,5 @@ def train_loop(
         checkpoint,
         first_eval=evals[0] if evals else {},
         last_eval=evals[-1] if evals else {},
+        interrupted=interrupted,
     )

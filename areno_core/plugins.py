@@ -13,7 +13,6 @@ Environment variables:
 
 from __future__ import annotations
 
-import difflib
 import os
 import traceback
 from importlib import metadata
@@ -23,6 +22,7 @@ import attrs
 import pluggy
 
 from areno_core import hookspecs
+from areno_core.errors import did_you_mean
 from areno_core.log import get_logger
 
 ENTRY_POINT_GROUP = "areno"
@@ -43,7 +43,8 @@ class PluginInfo:
 
     @property
     def label(self) -> str:
-        return f"{self.distribution} {self.version} (plugin {self.name!r})"
+        version = f" {self.version}" if self.version else ""
+        return f"{self.distribution}{version} (plugin {self.name!r})"
 
 
 @attrs.frozen
@@ -101,9 +102,8 @@ def _unknown_hooks(pm: pluggy.PluginManager, plugin: Any) -> str:
     problems = []
     for caller in pm.get_hookcallers(plugin) or []:
         if caller.spec is None:
-            close = difflib.get_close_matches(caller.name, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            problems.append(f"unknown hook {caller.name!r}{hint}")
+            hint = did_you_mean(caller.name, known, n=1)
+            problems.append(f"unknown hook {caller.name!r}.{hint}".rstrip("."))
     return "; ".join(problems)
 
 
@@ -125,7 +125,13 @@ def load_entry_point_plugins(pm: ArenoPluginManager) -> None:
     allow = _parse_list(os.environ.get(ENV_ALLOW))
     block = _parse_list(os.environ.get(ENV_BLOCK)) or set()
     seen: set[tuple[str, str]] = set()
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    # By distribution name, so which of two clashing plugins loads later (and is the one that
+    # fails, see Registry) does not depend on the order of folders on disk.
+    found = sorted(
+        metadata.entry_points(group=ENTRY_POINT_GROUP),
+        key=lambda ep: (ep.dist.name if ep.dist is not None else "", ep.name),
+    )
+    for ep in found:
         dist = ep.dist.name if ep.dist is not None else "<unknown>"
         version = ep.dist.version if ep.dist is not None else ""
         if (dist, ep.name) in seen:  # the same distribution visible twice on sys.path

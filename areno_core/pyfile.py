@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from areno_core.errors import UserCodeError
+from areno_core.errors import ArenoError, ConfigError, UserCodeError
 from areno_core.log import get_logger
 
 logger = get_logger(__name__)
@@ -87,6 +87,41 @@ def load_function(spec: str, *, default_name: str, what: str) -> Callable[..., A
         )
     logger.debug("loaded %s %s from %s", what, name, path)
     return obj  # type: ignore[no-any-return]
+
+
+def resolve_function(
+    spec: str,
+    *,
+    lookup: Callable[[str], Any] | None,
+    default_name: str,
+    what: str,
+) -> Callable[..., Any]:
+    """The function a ``--dataset-loader-fn`` / ``--reward-fn-path`` / ``--agent-fn`` value
+    names: ``file.py`` or ``file.py:function`` (default ``default_name``), or else a name
+    looked up with ``lookup`` (the registry's, which raises a clear error for an unknown name).
+    ``what`` ("dataset loader", "reward function", ...) names it in error messages."""
+    spec = spec.strip()
+    if ".py" in spec:
+        return load_function(spec, default_name=default_name, what=what)
+    if lookup is None:
+        raise ConfigError(
+            f"{what} {spec!r} is not a .py file and no {what} registry is available to look "
+            "the name up; pass 'file.py' or 'file.py:function'"
+        )
+    try:
+        fn = lookup(spec)
+    except ArenoError:
+        raise
+    except LookupError as exc:
+        raise ConfigError(
+            f"unknown {what} {spec!r}: no plugin registered one by that name. Pass a "
+            "registered name or a 'file.py[:function]' path"
+        ) from exc
+    if not callable(fn):
+        raise UserCodeError(
+            f"{what} {spec!r} from the registry is of type {type(fn).__name__}, not a function"
+        )
+    return fn  # type: ignore[no-any-return]
 
 
 def _module_name(path: Path) -> str:

@@ -1,12 +1,14 @@
-"""The registry: every algorithm, loader, reward, agent, recipe and rollout engine, by name.
+"""The registry: every algorithm, loader, reward, agent, recipe, rollout engine and training
+backend, by name.
 
 Built from a plugin manager by calling each plugin's hooks with a ``register`` callback. What a
-plugin registers is validated; a name registered twice is an error naming both distributions.
+plugin registers is validated; a name registered twice is recorded as a failure of the later
+plugin, naming both distributions, and the rest of the registry works.
 """
 
 from __future__ import annotations
 
-import difflib
+import functools
 import traceback
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
@@ -14,10 +16,13 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from areno_core.algorithm import AlgorithmSpec
-from areno_core.errors import ConfigError, PluginError
+from areno_core.errors import ConfigError, PluginError, did_you_mean
 from areno_core.log import get_logger
+from areno_core.options import OptionTable, check_config_class
 from areno_core.plugins import ArenoPluginManager, PluginFailure, PluginInfo, get_plugin_manager
 from areno_core.recipe import Recipe
+from areno_core.rollout.base import EngineSpec
+from areno_core.train.contract import BackendSpec
 
 logger = get_logger(__name__)
 T = TypeVar("T")
@@ -30,6 +35,14 @@ KINDS: dict[str, tuple[str, str]] = {
     "agents": ("register_agents", "agent"),
     "recipes": ("register_recipes", "recipe"),
     "rollout_engines": ("register_rollout_engines", "rollout engine"),
+    "backends": ("register_backends", "training backend"),
+}
+# Kinds registered as spec objects (name, summary, config_cls, ...), by their spec class.
+_SPEC_KINDS: dict[str, type] = {
+    "algorithms": AlgorithmSpec,
+    "recipes": Recipe,
+    "rollout_engines": EngineSpec,
+    "backends": BackendSpec,
 }
 
 
@@ -55,8 +68,32 @@ class Registry:
                 others = [p for p in pm.get_plugins() if p is not impl.plugin]
                 caller = pm.subset_hook_caller(hook_name, remove_plugins=others)
                 self._collect(kind, noun, impl.plugin_name, caller)
+        self._check_recipes()
 
     # -- building -------------------------------------------------------------------------
+
+    def _check_recipes(self) -> None:
+        """Drop (and report as a failure of its plugin) a recipe whose options do not fit the
+        installed option table; option clashes between plugins are reported when a run asks
+        for the options."""
+        from areno_core.recipe import check_recipe_options
+
+        try:
+            self.options  # noqa: B018 - build the table once, here, or learn that it fails
+        except PluginError:
+            return
+        recipes = self.entries["recipes"]
+        for name, entry in list(recipes.items()):
+            try:
+                check_recipe_options(entry.obj, self)
+            except ValueError as exc:
+                del recipes[name]
+                info = entry.plugin
+                error = f"recipe {name!r} is not usable: {exc}"
+                logger.error("plugin %s: %s", info.label, error)
+                self.failures.append(
+                    PluginFailure(info.name, info.distribution, info.version, error)
+                )
 
     def _collect(self, kind: str, noun: str, plugin_name: str, fn: Callable[..., Any]) -> None:
         info = self.pm.info_for(plugin_name)
@@ -67,38 +104,53 @@ class Registry:
 
         try:
             fn(register=register)
-        except PluginError:
-            raise
         except Exception as exc:
+            # Something the plugin registered is invalid (PluginError) or its hook raised:
+            # either way that plugin fails like any broken plugin and every other one works.
             detail = "".join(traceback.format_exception(exc))
             error = f"{KINDS[kind][0]} failed: {type(exc).__name__}: {exc}"
+            if isinstance(exc, PluginError):
+                error, detail = f"{KINDS[kind][0]}: {exc}", ""
             logger.error("plugin %s: %s", info.label, error)
             self.failures.append(
                 PluginFailure(info.name, info.distribution, info.version, error, detail)
             )
             return
         table = self.entries[kind]
+        seen: dict[str, PluginInfo] = {}
         for entry in staged:
-            if entry.name in table:
-                first = table[entry.name].plugin
-                raise PluginError(
+            first = table[entry.name].plugin if entry.name in table else seen.get(entry.name)
+            if first is not None:
+                # A clash is the later plugin's fault: it is recorded as failed like any other
+                # broken plugin and none of this hook's registrations are kept; the rest works.
+                error = (
                     f"{noun} {entry.name!r} is registered twice: by {first.label} and by "
-                    f"{entry.plugin.label}. Uninstall one, or disable one with "
-                    "ARENO_DISABLE_PLUGINS."
+                    f"{entry.plugin.label}; the later plugin's {noun}s are not loaded. Uninstall "
+                    "one, or disable one with ARENO_DISABLE_PLUGINS."
                 )
+                logger.error("plugin %s: %s", info.label, error)
+                self.failures.append(
+                    PluginFailure(info.name, info.distribution, info.version, error)
+                )
+                return
+            seen[entry.name] = entry.plugin
+        for entry in staged:
             table[entry.name] = entry
 
     @staticmethod
     def _make_entry(kind: str, noun: str, info: PluginInfo, args: tuple[Any, ...]) -> Entry[Any]:
         where = f"plugin {info.label}"
-        if kind == "algorithms":
-            if len(args) != 1 or not isinstance(args[0], AlgorithmSpec):
-                raise PluginError(f"{where}: register() for algorithms takes one AlgorithmSpec")
-            return Entry(args[0].name, args[0], info)
-        if kind == "recipes":
-            if len(args) != 1 or not isinstance(args[0], Recipe):
-                raise PluginError(f"{where}: register() for recipes takes one Recipe")
-            return Entry(args[0].name, args[0], info)
+        spec_cls = _SPEC_KINDS.get(kind)
+        if spec_cls is not None:
+            if len(args) != 1 or not isinstance(args[0], spec_cls):
+                raise PluginError(
+                    f"{where}: register() for {noun}s takes one {spec_cls.__name__}, got "
+                    f"{', '.join(type(a).__name__ for a in args) or 'nothing'}"
+                )
+            spec = args[0]
+            if hasattr(spec, "config_cls"):
+                check_config_class(spec.config_cls, f"{where}: {noun} {spec.name!r}")
+            return Entry(spec.name, spec, info)
         if len(args) != 2 or not isinstance(args[0], str) or not callable(args[1]):
             raise PluginError(f"{where}: register() for {noun}s takes (name: str, function)")
         name = args[0]
@@ -117,8 +169,7 @@ class Registry:
             return table[name].obj
         noun = KINDS[kind][1]
         known = sorted(table)
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        hint = did_you_mean(name, known, cutoff=0.5)
         if known:
             listing = f"Registered {noun}s: {', '.join(known)}."
         else:
@@ -127,6 +178,18 @@ class Registry:
 
     def algorithm(self, name: str) -> AlgorithmSpec:
         return self.get("algorithms", name)
+
+    def engine(self, name: str) -> EngineSpec:
+        return self.get("rollout_engines", name)
+
+    def backend(self, name: str) -> BackendSpec:
+        return self.get("backends", name)
+
+    @functools.cached_property
+    def options(self) -> OptionTable:
+        """Every run option: the core's and each registered algorithm's, engine's and
+        backend's. Two plugins declaring one option differently is a :class:`PluginError`."""
+        return OptionTable.from_registry(self)
 
     def recipe(self, name: str) -> Recipe:
         return self.get("recipes", name)

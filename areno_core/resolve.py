@@ -8,30 +8,63 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
 
+from areno_core.algorithm import AlgorithmSpec
 from areno_core.config import (
+    ROLE_OPTIONS,
     RunConfig,
     build_config,
     check_consistency,
+    default_of,
+    flatten_saved_config,
     load_yaml_options,
 )
-from areno_core.errors import ConfigError, NotAvailableError
+from areno_core.errors import ConfigError, NotAvailableError, did_you_mean
 from areno_core.log import get_logger
+from areno_core.options import OptionTable, Owner
 from areno_core.recipe import Recipe, resolve_resource
 from areno_core.registry import Registry
+from areno_core.rollout.base import EngineSpec
+from areno_core.train.checkpoint import read_checkpoint_config, resolve_resume
+from areno_core.train.contract import BackendSpec
+from areno_core.validators import flag
 
 logger = get_logger(__name__)
 
 
 @attrs.frozen
 class ResolvedRun:
+    """A run's options after every layer, checked, with the plugins that will run it."""
+
     config: RunConfig
     explicit: frozenset[str]  # options set by --config or flags
     recipe_options: Mapping[str, Any]
-    recipe: Recipe | None = None
+    recipe: Recipe | None
+    algorithm: AlgorithmSpec
+    algorithm_config: Any
+    backend: BackendSpec | None  # None only in a dry run no installed backend can run
+    backend_config: Any
+    engine: EngineSpec | None = None  # online algorithms only
+    engine_config: Any = None
+    resume_from: Path | None = None  # the checkpoint the run continues
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Every resolved option, by section: the core's, then the algorithm's, the rollout
+        engine's and the backend's own (what ``config.yaml`` records; ``--config`` reads it)."""
+        out: dict[str, dict[str, Any]] = self.config.to_dict()
+        owned = (
+            ("algorithm", self.algorithm_config),
+            ("rollout_engine", self.engine_config),
+            ("backend", self.backend_config),
+        )
+        for key, value in owned:
+            if value is not None and attrs.fields(type(value)):
+                out[key] = attrs.asdict(value)
+        return out
 
 
 def machine_device_count() -> int:
@@ -51,7 +84,8 @@ def resolve_run(
     check_capabilities: bool = True,
 ) -> ResolvedRun:
     """Merge option layers and validate them against the registry and this machine."""
-    file_options = load_yaml_options(config_path) if config_path else {}
+    table = registry.options
+    file_options = load_yaml_options(config_path, table) if config_path else {}
     user = {**file_options, **flags}
     recipe_name = user.get("recipe")
     recipe: Recipe | None = None
@@ -63,23 +97,37 @@ def resolve_run(
     # A recipe's packaged files (``resource:``) are looked up only where the user keeps the
     # recipe's value: --ckpt my-model must not need the recipe's checkpoint to be installed.
     from_recipe = {k: resolve_resource(v) for k, v in recipe_options.items() if k not in user}
-    cfg = build_config({**from_recipe, **user})
-    cfg = _fill_machine_defaults(cfg)
+    cfg = build_config({**from_recipe, **user}, table=table)
     # A config file may restate defaults (a run's own config.yaml does): only values that
     # differ from the built-in defaults count as set by the user.
-    defaults = RunConfig().flat()
-    chosen = set(flags) | {k for k, v in file_options.items() if v != defaults.get(k)}
+    chosen = set(flags) | {k for k, v in file_options.items() if v != table.default(k)}
+    resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
+    if resume_from is not None:
+        cfg = resumed_config(cfg, resume_from, chosen, table)
+    cfg = _fill_machine_defaults(cfg, given="world_size" in user)
     check_consistency(cfg, explicit=chosen)
 
     spec = registry.algorithm(cfg.algo)
-    _warn_foreign_algorithm_flags(cfg.algo, chosen)
-    if not spec.needs_rollout:
-        for name in ("agent_fn", "reward_fn_path", "reward_ckpt"):
-            if getattr(cfg, name) is not None:
-                raise ConfigError(
-                    f"--{name.replace('_', '-')} is for online RL algorithms; --algo "
-                    f"{cfg.algo} ({spec.kind}) does not roll out or score completions"
-                )
+    if spec.needs_groups and cfg.n_samples < 2:
+        raise ConfigError(
+            f"--algo {spec.name} compares each sample with the other samples of its prompt, so "
+            f"--n-samples {cfg.n_samples} gives every sample an advantage of 0 and nothing "
+            "would be trained; use --n-samples 2 or more"
+        )
+    algorithm_config = spec.make_config(cfg.plugin)
+    engine = engine_config = None
+    if spec.needs_rollout:
+        engine = registry.engine(cfg.rollout_engine)
+        engine_config = engine.make_config(cfg.plugin)
+    backend = choose_backend(cfg, registry, required=check_capabilities)
+    backend_config = backend.make_config(cfg.plugin) if backend is not None else None
+    active = {("algorithm", spec.name), ("training backend", cfg.backend or "")}
+    if backend is not None:
+        active.add(("training backend", backend.name))
+    if engine is not None:
+        active.add(("rollout engine", engine.name))
+    _check_plugin_options(table, chosen, active, cfg)
+    _check_role_options(spec, registry, chosen, cfg)
     if cfg.ckpt is None:
         raise ConfigError(
             "--ckpt is required: a local model directory, a Hugging Face id, or a random "
@@ -89,7 +137,167 @@ def resolve_run(
         raise ConfigError("--dataset-path is required (or a --recipe that provides one)")
     if check_capabilities:
         check_available(cfg)
-    return ResolvedRun(cfg, frozenset(user), recipe_options, recipe)
+    from areno_core.tune.checks import check_tunable
+
+    check_tunable(cfg, spec)
+    return ResolvedRun(
+        cfg,
+        frozenset(user),
+        recipe_options,
+        recipe,
+        spec,
+        algorithm_config,
+        backend,
+        backend_config,
+        engine,
+        engine_config,
+        resume_from,
+    )
+
+
+# What a resumed run may change: how it runs and for how long, never what it trains. Any other
+# option given with --resume must equal the saved run's value.
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "resume", "save_path", "save_interval", "max_steps", "epochs", "metrics_log_dir",
+        "eval_dataset_path", "eval_interval", "eval_limit", "world_size", "tp_size", "backend",
+        "max_running_prompts", "attn_backend", "eager_decode", "drop_rollout_state",
+        "agent_timeout_s", "activation_checkpointing", "tune_params", "mem_frac",
+        "tune_max_samples",
+    }
+)  # fmt: skip
+
+
+def resumed_config(
+    cfg: RunConfig, checkpoint: Path, chosen: set[str], table: OptionTable
+) -> RunConfig:
+    """The options of a resumed run: the saved run's, with the options the user set again
+    applied only where they may change (:data:`RESUME_MAY_CHANGE`). A different value for
+    anything else (the algorithm, model, data, learning rate, ...) is refused, listing every
+    difference, so the recorded config.yaml never lies about what was trained."""
+    saved, unknown = flatten_saved_config(read_checkpoint_config(checkpoint), table)
+    if unknown:
+        logger.warning(
+            "the checkpoint's config.yaml sets options this installation does not declare "
+            "(ignored): %s",
+            ", ".join(flag(n) for n in unknown),
+        )
+    given = {**cfg.flat(), **cfg.plugin}
+    changed: dict[str, Any] = {}
+    refused = []
+    for name in sorted(chosen & set(given)):
+        before = saved.get(name, table.default(name))
+        now = table.coerce(name, given[name])
+        if table.coerce(name, before) == now:
+            continue
+        if name in RESUME_MAY_CHANGE:
+            changed[name] = now
+        else:
+            refused.append(f"{flag(name)} {before!r} -> {now!r}")
+    if refused:
+        raise ConfigError(
+            f"--resume {str(checkpoint)!r} continues a run with fixed options, but this command "
+            f"changes {', '.join(refused)}. Drop those flags to continue the run as it was "
+            "(options not given are taken from the checkpoint), or start a new run from its "
+            f"weights: --ckpt {str(checkpoint)!r} with another --save-path"
+        )
+    if changed:
+        logger.warning(
+            "resuming with changed options: %s",
+            ", ".join(f"{flag(k)} {v!r}" for k, v in changed.items()),
+        )
+    return build_config({**saved, **changed, "resume": cfg.resume}, table=table)
+
+
+def choose_backend(cfg: RunConfig, registry: Registry, *, required: bool = True) -> Any:
+    """``--backend``, checked against the run; else the first registered backend that can run
+    ``--world-size`` x ``--tp-size``. None (only when not ``required``) if none can."""
+    if cfg.backend is not None:
+        spec = registry.backend(cfg.backend)
+        why = spec.check(cfg)
+        if why is not None and required:
+            raise NotAvailableError(f"--backend {spec.name} cannot run this configuration: {why}")
+        return spec
+    reasons = []
+    for name, entry in registry.entries["backends"].items():
+        why = entry.obj.check(cfg)
+        if why is None:
+            return entry.obj
+        reasons.append(f"{name}: {why}")
+    if not required:
+        return None
+    raise NotAvailableError(
+        f"no installed training backend runs --world-size {cfg.world_size} --tp-size "
+        f"{cfg.tp_size} ({'; '.join(reasons) or 'none is installed'}). Use --world-size 1 "
+        "--tp-size 1, or install a backend that runs several devices"
+    )
+
+
+def _check_plugin_options(
+    table: OptionTable, chosen: set[str], active: set[tuple[str, str]], cfg: RunConfig
+) -> None:
+    """Warn about options set for an algorithm, engine or backend this run does not use."""
+    for name in sorted(chosen):
+        if name not in table or table.is_core(name):
+            continue
+        owners = table.owners(name)
+        if any((o.kind, o.name) in active for o in owners):
+            continue
+        logger.warning(
+            "%s is an option of %s; this run (%s) does not read it",
+            flag(name),
+            _owner_list(owners),
+            _run_description(cfg, owners),
+        )
+
+
+def _owner_list(owners: tuple[Owner, ...]) -> str:
+    return ", ".join(o.label for o in owners)
+
+
+def _run_description(cfg: RunConfig, owners: tuple[Owner, ...]) -> str:
+    kinds = {o.kind for o in owners}
+    parts = []
+    if "algorithm" in kinds:
+        parts.append(f"--algo {cfg.algo}")
+    if "rollout engine" in kinds:
+        parts.append(f"--rollout-engine {cfg.rollout_engine}")
+    if "training backend" in kinds:
+        parts.append(f"--backend {cfg.backend or 'auto'}")
+    return ", ".join(parts)
+
+
+_ROLE_NOUNS = {
+    "reference": "a reference model",
+    "critic": "a critic",
+    "reward_model": "a reward model",
+}
+
+
+def _check_role_options(
+    spec: AlgorithmSpec, registry: Registry, chosen: set[str], cfg: RunConfig
+) -> None:
+    """Options for a model role the algorithm has not: a reward model would still score
+    samples, so it is refused; the others are named in a warning."""
+    if not spec.needs_rollout:
+        for name in ("agent_fn", "reward_fn_path", "reward_ckpt"):
+            if getattr(cfg, name) is not None:
+                raise ConfigError(
+                    f"{flag(name)} is for online RL algorithms; --algo {cfg.algo} "
+                    f"({spec.kind}) does not roll out or score completions"
+                )
+    for name in sorted(chosen):
+        role = ROLE_OPTIONS.get(name)
+        if role is None or spec.accepts(role):
+            continue
+        users = [e.name for e in registry.entries["algorithms"].values() if e.obj.accepts(role)]
+        text = (
+            f"{flag(name)} applies to algorithms that use {_ROLE_NOUNS[role]} "
+            f"({', '.join(users) or 'none installed'}); --algo {cfg.algo} does not"
+        )
+        if role == "reward_model" and cfg.reward_ckpt is not None:
+            raise ConfigError(text)
+        logger.warning("%s", text)
 
 
 # -- recipes -------------------------------------------------------------------------------
@@ -106,7 +314,7 @@ def find_recipe(registry: Registry, name: str) -> Recipe:
         return table[name].obj
     everything = registry.recipes(include_internal=True)
     close = _close_recipes(name, everything)
-    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    hint = did_you_mean(name, close, cutoff=0.0)
     public = [r.name for r in everything if not r.internal]
     if public:
         listing = f"Public recipes: {', '.join(public)} (see `areno train --list-recipes`)."
@@ -144,7 +352,7 @@ def recipe_algorithm(recipe: Recipe, algo: str | None) -> str:
         return algo
     if len(recipe.algorithms) == 1:
         return recipe.algorithms[0]
-    default = RunConfig().algo
+    default = default_of("algo")
     if default not in recipe.algorithms:
         raise ConfigError(
             f"recipe {recipe.name!r} supports several algorithms "
@@ -192,60 +400,27 @@ def _check_recipe_fits(recipe: Recipe, *, check_capabilities: bool) -> None:
             )
 
 
-def _fill_machine_defaults(cfg: RunConfig) -> RunConfig:
+def _fill_machine_defaults(cfg: RunConfig, *, given: bool) -> RunConfig:
+    """One device unless told otherwise; a machine with several GPUs gets a notice."""
     updates: dict[str, Any] = {}
     if cfg.world_size is None:
-        updates["world_size"] = max(1, machine_device_count())
+        updates["world_size"] = 1
+        gpus = machine_device_count()
+        if gpus > 1 and not given:
+            logger.warning(
+                "this machine has %d GPUs; areno trains on one unless you pass --world-size "
+                "(e.g. --world-size %d)",
+                gpus,
+                gpus,
+            )
     if cfg.tp_size is None:
         updates["tp_size"] = 1
     return cfg.replace(**updates) if updates else cfg
 
 
-# Options that only some algorithms read; set explicitly for another algorithm they are named
-# in a warning, so nothing is accepted and silently ignored.
-ALGORITHM_OPTIONS: dict[str, tuple[str, ...]] = {
-    "dpo_beta": ("dpo",),
-    "gspo_clip_eps": ("gspo",),
-    "gspo_clip_eps_high": ("gspo",),
-    "grpo_clip_eps": ("grpo",),
-    "grpo_clip_eps_high": ("grpo",),
-    "scale_rewards": ("grpo",),
-    "critic_ckpt": ("ppo",),
-    "critic_lr": ("ppo",),
-    "critic_warmup_steps": ("ppo",),
-    "use_kl_loss": ("ppo",),
-    "kl_loss_coef": ("ppo",),
-    "kl_loss_type": ("ppo",),
-    "clip_eps": ("ppo", "rloo"),
-    "clip_ratio_c": ("ppo",),
-    "value_clip_eps": ("ppo",),
-    "value_loss_coef": ("ppo",),
-    "gamma": ("ppo",),
-    "lam": ("ppo",),
-    "reward_ckpt": ("ppo",),
-    "ref_ckpt": ("dpo", "ppo"),
-}
-
-
-def _warn_foreign_algorithm_flags(algo: str, explicit: set[str]) -> None:
-    for name in sorted(explicit):
-        users = ALGORITHM_OPTIONS.get(name)
-        if users and algo in _KNOWN_ALGOS and algo not in users:
-            logger.warning(
-                "--%s applies to %s only; it has no effect with --algo %s",
-                name.replace("_", "-"),
-                "/".join(users),
-                algo,
-            )
-
-
-_KNOWN_ALGOS = {"sft", "dpo", "grpo", "gspo", "rloo", "ppo"}
-
 # Capabilities that are declared in the CLI but not built yet. Each entry names the option,
 # a predicate on the config, and why.
-_NOT_YET: list[tuple[str, Any, str]] = [
-    ("tune_params", lambda c: c.tune_params, "memory probing (--tune-params)"),
-]
+_NOT_YET: list[tuple[str, Any, str]] = []
 
 
 def check_available(cfg: RunConfig) -> None:
@@ -256,11 +431,6 @@ def check_available(cfg: RunConfig) -> None:
                 f"--{name.replace('_', '-')}: {what} is not available yet in areno "
                 f"{_version()}; run without it"
             )
-    if cfg.world_size > 1 or cfg.tp_size > 1:
-        raise NotAvailableError(
-            f"--world-size {cfg.world_size} / --tp-size {cfg.tp_size}: multi-device training "
-            "is not available yet; use --world-size 1 --tp-size 1"
-        )
 
 
 def _version() -> str:

@@ -1,7 +1,8 @@
 """Calling reward functions: files or registered names, sync or async, failures counted.
 
-A reward function takes one :class:`~areno_core.types.RewardRecord` and returns a number (or
-an awaitable of one). One that raises scores 0.0 and is counted in ``rollout/reward_errors``;
+A reward function takes one :class:`~areno_core.types.RewardRecord` and returns an int, float or
+bool (or an awaitable of one). One that raises, or returns anything else (a string such as
+``"0.5"``, None, a tensor, NaN), scores 0.0 and is counted in ``rollout/reward_errors``;
 the first traceback is logged once. When most rewards of a step fail, the run stops with that
 traceback, since training on zeros would be meaningless.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import numbers
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,11 +34,14 @@ class RewardError(ArenoError):
 
 def resolve_reward_fn(spec: str, registry: Any) -> RewardFn:
     """``file.py`` / ``file.py:function`` (default ``reward_fn``) or a registered reward name."""
-    if ".py" in spec:
-        from areno_core.pyfile import load_function
+    from areno_core.pyfile import resolve_function
 
-        return load_function(spec, default_name="reward_fn", what="reward function")
-    return registry.get("rewards", spec)
+    return resolve_function(
+        spec,
+        lookup=lambda name: registry.get("rewards", name),
+        default_name="reward_fn",
+        what="reward function",
+    )
 
 
 @attrs.define
@@ -76,12 +81,7 @@ class RewardScorer:
         for i, value in enumerate(results):
             number = _as_float(value)
             if number is None:
-                failures.append(
-                    TypeError(
-                        f"reward function returned {value!r} for sample {i}; expected a finite "
-                        "number"
-                    )
-                )
+                failures.append(TypeError(_bad_value_message(value, i)))
                 number = 0.0
             rewards.append(number)
         self._report(failures, len(records))
@@ -107,13 +107,24 @@ class RewardScorer:
 
 
 def _as_float(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
+    """The reward as a float: an int, float or bool (or another real-number type, such as a
+    NumPy scalar) that is finite. Anything else, a string like ``"0.5"`` included, is None."""
+    if not isinstance(value, numbers.Real):
         return None
+    number = float(value)
     return number if math.isfinite(number) else None
+
+
+def _bad_value_message(value: Any, sample: int) -> str:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    if isinstance(value, numbers.Real):
+        return f"reward function returned {shown} for sample {sample}; expected a finite number"
+    return (
+        f"reward function returned a {type(value).__name__} ({shown}) for sample {sample}; "
+        "expected an int, float or bool"
+    )
 
 
 def _run_async(awaitables: list[Any]) -> list[Any]:

@@ -7,6 +7,8 @@ or any output directory is created, so a bad command fails fast and leaves nothi
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,32 +17,33 @@ import attrs
 import torch
 from rich.console import Console
 
+from areno_core.accel.attention import FLASH, attention_of, choose_attention
+from areno_core.accel.memory import MemoryMeter, PhaseMemory
+from areno_core.accel.precision import resolve_run_dtype
 from areno_core.algorithm import AlgorithmSpec
-from areno_core.backend import LocalBackend, TrainableModel
 from areno_core.config import RunConfig, dump_yaml
 from areno_core.data import (
     apply_loader,
-    is_chat_preference_row,
     load_rows,
     resolve_loader,
-    split_chat_preference,
+    split_preference_rows,
     validate_rows,
 )
 from areno_core.errors import ConfigError, NotAvailableError
-from areno_core.evaluation import build_evaluator
 from areno_core.log import get_logger
 from areno_core.loop import LoopResult, train_loop
+from areno_core.model import TrainableModel
 from areno_core.registry import Registry, get_registry
 from areno_core.resolve import ResolvedRun
-from areno_core.rewards import RewardScorer, resolve_reward_fn
+from areno_core.rewards import resolve_reward_fn
 from areno_core.rollout.base import EngineOptions
-from areno_core.rollout.collect import collect_groups, prompt_item
+from areno_core.rollout.runner import AgentSettings, RolloutRunner
 from areno_core.train.checkpoint import (
+    check_resume_dataset,
+    check_writable_dir,
     find_latest_checkpoint,
-    load_checkpoint,
-    resolve_resume,
-    save_checkpoint,
 )
+from areno_core.train.contract import TrainingBackend
 from areno_core.train.datastream import DataStream
 from areno_core.train.metrics import MetricsLogger
 from areno_core.train.optim import check_adam_8bit_available
@@ -55,6 +58,7 @@ console = Console()
 class RunPlan:
     """Everything decided before heavy work starts."""
 
+    resolved: ResolvedRun
     config: RunConfig
     spec: AlgorithmSpec
     rows: list[dict[str, Any]]
@@ -81,8 +85,8 @@ def load_training_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) 
     if not rows:
         raise ConfigError(f"--dataset-path {cfg.dataset_path!r}: no rows left after the loader")
     if spec.kind == "preference":
-        rows = [split_chat_preference(r) if is_chat_preference_row(r) else r for r in rows]
-    validate_rows(rows, spec.row_schema, algo=spec.name)
+        rows = split_preference_rows(rows, algo=spec.name, source=cfg.dataset_path)
+    validate_rows(rows, spec.row_schema, algo=spec.name, source=cfg.dataset_path)
     return rows
 
 
@@ -100,27 +104,26 @@ def load_eval_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> l
             f"--eval-dataset-path {cfg.eval_dataset_path!r}: no rows left after the loader"
         )
     if spec.kind == "preference":
-        rows = [split_chat_preference(r) if is_chat_preference_row(r) else r for r in rows]
-    validate_rows(rows, spec.row_schema, algo=spec.name)
+        rows = split_preference_rows(rows, algo=spec.name, source=cfg.eval_dataset_path)
+    validate_rows(rows, spec.row_schema, algo=spec.name, source=cfg.eval_dataset_path)
     return rows
 
 
-# LocalBackend.train options that LocalBackend.evaluate takes too (the rest update weights).
+# Training options that ``backend.evaluate`` takes too (the rest update weights).
 _EVAL_KWARGS = ("mini_bs", "temperature", "max_prompt_tokens", "max_new_tokens", "disable_thinking")
 
 
 def build_loss_evaluator(
-    plan: RunPlan, model: TrainableModel, backend: LocalBackend, kwargs: dict[str, Any]
+    plan: RunPlan, model: TrainableModel, backend: TrainingBackend, kwargs: dict[str, Any]
 ) -> Any:
     """Held-out loss for sft and dpo: the algorithm's statistics on the eval rows, no update."""
     options = {k: v for k, v in kwargs.items() if k in _EVAL_KWARGS}
-    fields = attrs.fields(plan.spec.config_cls)
-    options.update({f.name: kwargs[f.name] for f in fields if f.name in kwargs})
+    options.update(attrs.asdict(plan.resolved.algorithm_config))
     rows = plan.eval_rows or []
 
     def evaluate() -> dict[str, float]:
         started = time.perf_counter()
-        metrics = backend.evaluate(model, rows, algorithm=plan.spec.name, **options)
+        metrics = backend.evaluate(model, rows, algorithm=plan.spec, **options)
         metrics["time/eval"] = time.perf_counter() - started
         return metrics
 
@@ -129,7 +132,7 @@ def build_loss_evaluator(
 
 def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
     cfg = resolved.config
-    spec = registry.algorithm(cfg.algo)
+    spec = resolved.algorithm
     agent_fn = None
     if cfg.agent_fn is not None:
         from areno_core.agentic.collect import resolve_agent_fn
@@ -140,17 +143,26 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
         if cfg.reward_fn_path is None and cfg.reward_ckpt is None:
             raise ConfigError(
                 f"--algo {spec.name} scores completions: give --reward-fn-path (a file or a "
-                "registered reward name)" + (" or --reward-ckpt" if spec.name == "ppo" else "")
+                "registered reward name)"
+                + (" or --reward-ckpt" if spec.accepts("reward_model") else "")
             )
         if cfg.reward_fn_path is not None:
             reward_fn = resolve_reward_fn(cfg.reward_fn_path, registry)
-    if spec.needs_rollout:
-        registry.get("rollout_engines", cfg.rollout_engine)  # unknown names fail here
     if cfg.adam_8bit:
         check_adam_8bit_available()
+    for flag, folder in (
+        ("--save-path", cfg.save_path),
+        ("--metrics-log-dir", cfg.metrics_log_dir),
+    ):
+        if folder:
+            check_writable_dir(folder, flag)
     rows = load_training_rows(cfg, spec, registry)
+    if agent_fn is None:  # an agent builds its own prompts, bounded by the context length
+        check_prompts_fit(rows, cfg, f"--dataset-path {cfg.dataset_path!r}")
     eval_rows = load_eval_rows(cfg, spec, registry) if cfg.eval_dataset_path else None
-    resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
+    resume_from = resolved.resume_from
+    if resume_from is not None:
+        check_resume_dataset(resume_from, rows, f"--dataset-path {cfg.dataset_path!r}")
     if cfg.save_path and not cfg.resume:
         earlier = find_latest_checkpoint(cfg.save_path)
         if earlier is not None:
@@ -169,14 +181,45 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
         output_dir = Path("runs") / f"{cfg.algo}-{time.strftime('%Y%m%d-%H%M%S')}"
     metrics_dir = Path(cfg.metrics_log_dir) if cfg.metrics_log_dir else output_dir / "tensorboard"
     return RunPlan(
-        cfg, spec, rows, reward_fn, agent_fn, resume_from, output_dir, metrics_dir, eval_rows
+        resolved,
+        cfg,
+        spec,
+        rows,
+        reward_fn,
+        agent_fn,
+        resume_from,
+        output_dir,
+        metrics_dir,
+        eval_rows,
     )
 
 
-def train_kwargs(cfg: RunConfig, spec: AlgorithmSpec) -> dict[str, Any]:
-    """Keyword arguments of :meth:`LocalBackend.train` from the run config."""
+def check_prompts_fit(rows: list[dict[str, Any]], cfg: RunConfig, source: str) -> None:
+    """Fail before training when no row's prompt fits ``--max-prompt-tokens``: every row would
+    be skipped and nothing trained. Stops at the first prompt that fits (usually the first)."""
+    from areno_core.models.chat import encode_prompt
+    from areno_core.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(cfg.ckpt)
+    shortest = None
+    for row in rows:
+        length = len(encode_prompt(tokenizer, row["prompt"], disable_thinking=cfg.disable_thinking))
+        if length <= cfg.max_prompt_tokens:
+            return
+        shortest = length if shortest is None else min(shortest, length)
+    raise ConfigError(
+        f"every prompt of {source} ({len(rows)} rows) is longer than --max-prompt-tokens "
+        f"{cfg.max_prompt_tokens} (the shortest has {shortest} tokens), so every row would be "
+        f"skipped and nothing trained; raise --max-prompt-tokens to at least {shortest}"
+    )
+
+
+def train_kwargs(resolved: ResolvedRun) -> dict[str, Any]:
+    """Keyword arguments of ``backend.train`` from the resolved run (the algorithm's own
+    options included)."""
+    cfg, spec = resolved.config, resolved.algorithm
     kwargs: dict[str, Any] = {
-        "algorithm": spec.name,
+        "algorithm": spec,
         "learning_rate": cfg.lr,
         "min_lr": cfg.min_lr,
         "lr_decay_steps": cfg.lr_decay_steps,
@@ -196,10 +239,7 @@ def train_kwargs(cfg: RunConfig, spec: AlgorithmSpec) -> dict[str, Any]:
     if "critic" in spec.roles:
         kwargs["critic_lr"] = cfg.critic_lr
         kwargs["critic_warmup_steps"] = cfg.critic_warmup_steps
-    options = cfg.flat()
-    for field in attrs.fields(spec.config_cls):
-        if field.name in options:
-            kwargs[field.name] = options[field.name]
+    kwargs.update(attrs.asdict(resolved.algorithm_config))
     return kwargs
 
 
@@ -207,7 +247,13 @@ def _reward_model_fn(model: TrainableModel, ref: str) -> Any:
     """A reward function scoring each sample with a reward model's last-token value."""
     from areno_core.models.loading import load_value_model
 
-    scorer = load_value_model(ref, device=str(model.device), role="reward")
+    scorer = load_value_model(
+        ref,
+        device=str(model.device),
+        role="reward",
+        dtype=model.dtype,
+        attn_implementation=attention_of(model.policy),
+    )
     scorer.eval()
 
     def reward_fn(record: Any) -> float:
@@ -218,14 +264,15 @@ def _reward_model_fn(model: TrainableModel, ref: str) -> Any:
     return reward_fn
 
 
-def build_engine(plan: RunPlan, model: TrainableModel, registry: Registry) -> Any:
-    """The rollout engine of the run (``--rollout-engine``) over the policy."""
-    cfg = plan.config
-    factory = registry.get("rollout_engines", cfg.rollout_engine)
+def build_rollout(plan: RunPlan, model: TrainableModel, reward_fn: Any) -> RolloutRunner:
+    """The run's one rollout engine (``--rollout-engine``) over the policy, in a runner that
+    keeps it in step with the policy and serves training rollouts and evaluation alike."""
+    cfg, resolved = plan.config, plan.resolved
+    assert resolved.engine is not None
     # Later agent turns carry the whole conversation, so their prompts are bounded by the
     # context length rather than --max-prompt-tokens.
     context_limit = cfg.max_context_len or _model_context_len(model)
-    engine = factory(
+    engine = resolved.engine.create(
         model.policy,
         model.tokenizer,
         EngineOptions(
@@ -234,146 +281,112 @@ def build_engine(plan: RunPlan, model: TrainableModel, registry: Registry) -> An
             attn_backend=cfg.attn_backend,
             eager_decode=cfg.eager_decode,
         ),
+        resolved.engine_config,
     )
-    return engine
-
-
-def build_rollout(plan: RunPlan, model: TrainableModel, registry: Registry, reward_fn: Any) -> Any:
-    cfg = plan.config
-    engine = build_engine(plan, model, registry)
-    scorer = RewardScorer(reward_fn)
-    sampling = SamplingParams(
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_k=cfg.top_k,
-        top_p=cfg.top_p,
-        greedy=cfg.greedy,
+    agent = None
+    if plan.agent_fn is not None:
+        agent = AgentSettings(
+            plan.agent_fn,
+            train_tool_results=cfg.train_tool_results,
+            max_context_len=cfg.max_context_len,
+            timeout_s=cfg.agent_timeout_s,
+            max_concurrency=cfg.max_running_prompts,
+        )
+    return RolloutRunner(
+        model,
+        engine,
+        sampling=SamplingParams(
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_k=cfg.top_k,
+            top_p=cfg.top_p,
+            greedy=cfg.greedy,
+        ),
+        n_samples=cfg.n_samples,
+        reward_fn=reward_fn,
+        batch_size=cfg.batch_size,
+        disable_thinking=cfg.disable_thinking,
+        drop_state=cfg.drop_rollout_state,
+        drop_uniform_groups=cfg.drop_uniform_groups,
+        agent=agent,
+        offload_optimizer=cfg.offload_optimizer,
     )
-
-    def rollout(rows: list[dict[str, Any]], step: int) -> tuple[list[Any], dict[str, float]]:
-        items = [prompt_item(step * cfg.batch_size + i, row) for i, row in enumerate(rows)]
-        engine.start_session()
-        try:
-            if plan.agent_fn is not None:
-                from areno_core.agentic.collect import collect_agentic_groups
-
-                groups, metrics = collect_agentic_groups(
-                    items,
-                    agent_fn=plan.agent_fn,
-                    engine=engine,
-                    tokenizer=model.tokenizer,
-                    sampling=sampling,
-                    n_samples=cfg.n_samples,
-                    scorer=scorer,
-                    disable_thinking=cfg.disable_thinking,
-                    train_tool_results=cfg.train_tool_results,
-                    max_context_len=cfg.max_context_len,
-                    timeout_s=cfg.agent_timeout_s,
-                    generator=model.rollout_generator,
-                    max_concurrency=cfg.max_running_prompts,
-                    model=model.policy,
-                )
-            else:
-                groups, metrics = collect_groups(
-                    items,
-                    engine=engine,
-                    tokenizer=model.tokenizer,
-                    sampling=sampling,
-                    n_samples=cfg.n_samples,
-                    scorer=scorer,
-                    disable_thinking=cfg.disable_thinking,
-                    generator=model.rollout_generator,
-                )
-        finally:
-            engine.end_session(drop_state=cfg.drop_rollout_state)
-        uniform = [g for g in groups if len(set(g.rewards)) <= 1]
-        metrics["rollout/uniform_groups"] = float(len(uniform))
-        if cfg.drop_uniform_groups:
-            groups = [g for g in groups if len(set(g.rewards)) > 1]
-        return groups, metrics
-
-    return rollout
 
 
 def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> LoopResult:
     """Run ``areno train`` with already-resolved options."""
     registry = registry or get_registry()
     plan = plan_run(resolved, registry)
-    cfg = plan.config
+    cfg, spec = plan.config, plan.spec
+    if resolved.backend is None:
+        raise NotAvailableError("no installed training backend can run this configuration")
+    backend = resolved.backend.factory(cfg, resolved.backend_config, registry)
+    dtype = resolve_run_dtype(cfg.dtype, backend.device)
+    attention = choose_attention(cfg.attn_backend, backend.device, dtype)
+    tuned = None
+    if cfg.tune_params:
+        tuned = _tune(plan, backend, dtype, attention)
+        resolved = tuned.resolved
+        plan = attrs.evolve(plan, resolved=resolved, config=resolved.config)
+        cfg = plan.config
     torch.manual_seed(cfg.seed)
     model = TrainableModel.from_ckpt(
         cfg.ckpt,
         ref_ckpt=cfg.ref_ckpt,
-        critic_ckpt=cfg.critic_ckpt if "critic" in plan.spec.roles else None,
+        critic_ckpt=cfg.critic_ckpt if "critic" in spec.roles else None,
         seed=cfg.seed,
+        device=backend.device,
+        dtype=dtype,
+        attn_implementation=attention if attention == FLASH else None,
     )
-    backend = LocalBackend(device=str(model.device))
-    kwargs = train_kwargs(cfg, plan.spec)
-    backend.setup(model, plan.spec, **_setup_kwargs(kwargs))
+    kwargs = train_kwargs(resolved)
+    backend.setup(model, spec, **_setup_kwargs(kwargs))
     stream = DataStream(plan.rows, cfg.batch_size, seed=cfg.seed, epochs=cfg.epochs)
-    extra = _extra_models(model)
-    generators = {"data": model.generator, "rollout": model.rollout_generator}
     if plan.resume_from is not None:
-        if "reference" in plan.spec.roles and cfg.ref_ckpt is None:
+        if spec.uses_reference(resolved.algorithm_config) and cfg.ref_ckpt is None:
             model.ensure_reference()  # the frozen initial policy, before weights are replaced
-        state = load_checkpoint(
-            plan.resume_from,
-            model=model.policy,
-            optimizer=model.optimizer,
-            scheduler=model.scheduler,
-            extra_models=extra,
-            generators=generators,
-        )
+        state = backend.load_checkpoint(model, plan.resume_from)
         stream.load_state_dict(state["data"])
-        model.step = int(state["step"])
-        model.optimizer_steps = int(state.get("optimizer_steps", 0))
         logger.info("resumed from %s at step %d", plan.resume_from, model.step)
 
-    plan.output_dir.mkdir(parents=True, exist_ok=True)
-    dump_yaml(cfg, plan.output_dir / "config.yaml")
+    main = backend.is_main_process
+    if main:
+        plan.output_dir.mkdir(parents=True, exist_ok=True)
+        dump_yaml(resolved.to_dict(), plan.output_dir / "config.yaml")
+        if tuned is not None:
+            dump_yaml(tuned.to_dict(), plan.output_dir / "tune.yaml")
     max_steps = min(stream.total_steps, cfg.max_steps or stream.total_steps)
     # A resumed run drops what the old one logged after its checkpoint; a fresh run starts the
     # metrics directory over (purge from step 1), so re-runs never interleave two histories.
-    metrics = MetricsLogger(plan.metrics_dir, purge_step=model.step + 1)
-    config_dict = cfg.to_dict()
+    metrics = MetricsLogger(plan.metrics_dir if main else None, purge_step=model.step + 1)
+    config_dict = resolved.to_dict()
 
     def save(step: int) -> str:
-        path = save_checkpoint(
-            cfg.save_path,
-            step,
-            model=model.policy,
-            tokenizer=model.tokenizer,
-            optimizer=model.optimizer,
-            scheduler=model.scheduler,
-            trainer_state={"data": stream.state_dict(), "optimizer_steps": model.optimizer_steps},
-            config=config_dict,
-            extra_models=_extra_models(model),
-            generators=generators,
+        trainer_state = {"data": stream.state_dict()}
+        path = backend.save_checkpoint(
+            model, cfg.save_path, trainer_state=trainer_state, config=config_dict
         )
         return str(path)
 
     rollout = evaluate = None
-    if plan.eval_rows is not None and not plan.spec.needs_rollout:
+    if plan.eval_rows is not None and not spec.needs_rollout:
         evaluate = build_loss_evaluator(plan, model, backend, kwargs)
-    if plan.spec.needs_rollout:
+    if spec.needs_rollout:
         reward_fn = plan.reward_fn or _reward_model_fn(model, cfg.reward_ckpt)
-        rollout = build_rollout(plan, model, registry, reward_fn)
+        rollout = build_rollout(plan, model, reward_fn)
         if plan.eval_rows is not None:
-            evaluate = build_evaluator(
-                plan.eval_rows,
-                engine=build_engine(plan, model, registry),
-                tokenizer=model.tokenizer,
-                reward_fn=reward_fn,
-                max_new_tokens=cfg.max_new_tokens,
-                disable_thinking=cfg.disable_thinking,
-            )
-    console.print(
-        f"[bold]areno train[/] --algo {cfg.algo}: {len(plan.rows)} rows, {max_steps} steps, "
-        f"outputs in {plan.output_dir}",
-        highlight=False,
-    )
+            evaluate = rollout.evaluator(plan.eval_rows, max_new_tokens=cfg.max_new_tokens)
+    if main:
+        console.print(
+            f"[bold]areno train[/] --algo {cfg.algo}: {len(plan.rows)} rows, {max_steps} steps, "
+            f"outputs in {plan.output_dir}",
+            highlight=False,
+        )
     try:
-        with TrainProgress(max_steps, enabled=True, console=console) as progress:
+        with (
+            StopOnInterrupt(saves=bool(cfg.save_path), console=console) as interrupt,
+            TrainProgress(max_steps, enabled=main, console=console) as progress,
+        ):
             result = train_loop(
                 model=model,
                 backend=backend,
@@ -387,20 +400,93 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
                 save_interval=cfg.save_interval,
                 evaluate=evaluate,
                 eval_interval=cfg.eval_interval,
+                stop_requested=lambda: interrupt.requested,
+                memory=PhaseMemory(MemoryMeter(backend.device)),
             )
     finally:
         metrics.close()
-    print_summary(
-        console,
-        steps=result.steps,
-        elapsed_s=result.elapsed_s,
-        final_metrics=result.final_metrics,
-        checkpoint_path=result.checkpoint_path,
-        metrics_dir=str(plan.metrics_dir),
-        first_eval=result.first_eval,
-        last_eval=result.last_eval,
-    )
+    if main:
+        print_summary(
+            console,
+            steps=result.steps,
+            elapsed_s=result.elapsed_s,
+            final_metrics=result.final_metrics,
+            checkpoint_path=result.checkpoint_path,
+            metrics_dir=str(plan.metrics_dir),
+            first_eval=result.first_eval,
+            last_eval=result.last_eval,
+        )
+        if result.interrupted:
+            _print_interrupted(result, cfg, max_steps)
     return result
+
+
+class StopOnInterrupt:
+    """Ctrl-C during training: the first press lets the current step finish, saves it (with
+    ``--save-path``) and stops; a second press stops at once, saving nothing."""
+
+    def __init__(self, *, saves: bool, console: Console) -> None:
+        self.saves = saves
+        self.console = console
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> StopOnInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        then = "save a checkpoint and stop" if self.saves else "stop (no --save-path: no save)"
+        self.console.print(
+            f"\n[bold]Interrupted:[/] finishing the current step, then I {then}. "
+            "Press Ctrl-C again to abort now.",
+            highlight=False,
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+
+def _print_interrupted(result: LoopResult, cfg: RunConfig, max_steps: int) -> None:
+    if result.checkpoint_path and cfg.save_path:
+        console.print(
+            f"Stopped after step {result.steps} of {max_steps}; saved {result.checkpoint_path}. "
+            f"Continue with:\n  areno train --resume auto --save-path {cfg.save_path}",
+            highlight=False,
+        )
+    else:
+        console.print(
+            f"Stopped after step {result.steps} of {max_steps}; nothing was saved (no "
+            "--save-path).",
+            highlight=False,
+        )
+
+
+def _tune(plan: RunPlan, backend: TrainingBackend, dtype: torch.dtype, attention: str) -> Any:
+    """``--tune-params``: probe memory, print what was chosen and why; the tuned outcome."""
+    from areno_core.tune import tune_run
+
+    kwargs = train_kwargs(plan.resolved)
+    if backend.is_main_process:
+        console.print("[bold]--tune-params[/]: probing memory (random weights, synthetic rows)")
+    outcome = tune_run(
+        plan.resolved,
+        backend=backend,
+        train_kwargs=kwargs,
+        setup_kwargs=_setup_kwargs(kwargs),
+        dtype=dtype,
+        attention=attention,
+    )
+    if backend.is_main_process:
+        for line in outcome.lines:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    return outcome
 
 
 def _model_context_len(model: TrainableModel) -> int:
@@ -421,9 +507,3 @@ def _setup_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
         "critic_lr",
     )
     return {k: kwargs[k] for k in keys if k in kwargs}
-
-
-def _extra_models(model: TrainableModel) -> dict[str, Any]:
-    if model.critic is None:
-        return {}
-    return {"critic": (model.critic, model.critic_optimizer)}

@@ -114,6 +114,8 @@ class Trajectory:
     prompt_index: int = 0
     sample_index: int = 0
     metadata: dict[str, Any] = attrs.Factory(dict)
+    policy_version: int = 0
+    """The version of the policy that sampled it (``Completion.policy_version``)."""
 
     def __attrs_post_init__(self) -> None:
         n = len(self.input_ids)

@@ -26,7 +26,7 @@ from typing import Any
 
 RESULT_PREFIX = "BENCH_RESULT "
 REPO = Path(__file__).resolve().parents[1]
-GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
+GSM8K_DIR = REPO / "data" / "gsm8k"
 # This checkout's packages come first, for the driver and (through PYTHONPATH) every child, so a
 # script runs from a clone whether or not ``pip install -e .`` points at this directory.
 SOURCE_PATHS = [

@@ -1,6 +1,6 @@
 """The backend-first Python API, end to end on CPU in well under a minute.
 
-    python examples/python_api.py                                  # GSM8K rows from ../shared
+    python examples/python_api.py                                  # the GSM8K rows in data/gsm8k
     python examples/python_api.py path/to/gsm8k/train.jsonl --out /tmp/api-run
 
 Part 1 trains a tiny random Qwen3 with SFT on GSM8K (question -> worked answer), one
@@ -23,12 +23,12 @@ import torch
 
 from areno_core.backend import LocalBackend, TrainableModel
 from areno_core.rewards import RewardScorer
-from areno_core.rollout.base import EngineOptions
+from areno_core.rollout.base import EngineOptions, RolloutSession
 from areno_core.rollout.collect import collect_groups, prompt_item
 from areno_core.rollout.native import create_native_engine
 from areno_core.types import RewardRecord, SamplingParams
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data" / "gsm8k" / "train.jsonl"
 
 
 def read_gsm8k(path: Path, limit: int) -> list[dict[str, str]]:
@@ -106,8 +106,10 @@ def main() -> None:
     prompts = [rl_row(r) for r in raw[-16:]]
     for i in range(args.grpo_steps):
         items = [prompt_item(i * 4 + j, row) for j, row in enumerate(prompts[i * 4 : i * 4 + 4])]
-        engine.start_session()
-        try:
+        # The engine samples from the current policy (free for the native engine, which shares
+        # the module; an engine with its own copy of the weights needs it).
+        engine.sync_weights(model.policy, version=model.optimizer_steps)
+        with RolloutSession(engine):
             groups, rollout_metrics = collect_groups(
                 items,
                 engine=engine,
@@ -117,8 +119,6 @@ def main() -> None:
                 scorer=scorer,
                 generator=model.rollout_generator,
             )
-        finally:
-            engine.end_session()
         # 16 trajectories in microbatches of 8, one optimizer step per microbatch: the second
         # step's ratios are taken against the rollout logprobs after the first step moved the
         # policy, so they leave 1 and the clip can bind.

@@ -33,6 +33,10 @@ demo() {
   # a used --save-path without --resume).
   local run=runs/demo-arith
   rm -rf "$run"
+  # The thread count changes the order of floating-point sums and so, after hundreds of
+  # sampled steps, the accuracies; pinning it makes the README's numbers reproducible on any
+  # machine with the same kind of CPU and torch build.
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
   areno train --algo gspo --recipe math/arith --save-path "$run" "$@"
   "$PY" -m areno_recipes_math.plot "$run" --label gspo --window 20 --out "$run/reward.png"
 }
@@ -48,6 +52,9 @@ test_all() {
   "$PY" -m areno_smoke
   # The agentic pack's internal CPU recipes: every agentic path through the local endpoint.
   "$PY" -m areno_smoke --pack agentic --no-coverage
+  # A new user's install: wheels of every published package, `pip install areno-recipes-math`
+  # alone in a fresh virtual environment, then a few steps of math/arith there.
+  PYTHON="$PY" bash scripts/wheel_story.sh
 }
 
 case "${1:-}" in

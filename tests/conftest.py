@@ -5,18 +5,18 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
+GSM8K_DIR = REPO / "data" / "gsm8k"
 
 # A minimal algorithm plugin for core tests, independent of areno-algos.
 TOY_ALGO_SOURCE = """
 import attrs
-from areno_core import hookimpl
+from areno_core import hookimpl, option
 from areno_core.algorithm import AlgorithmSpec, RowSchema
 
 
 @attrs.define
 class ToyConfig:
-    dpo_beta: float = 0.1
+    toy_beta: float = option(0.1, "A toy coefficient the toy loss ignores.")
 
 
 def _loss(outputs, batch, config):
@@ -47,7 +47,9 @@ def register_rewards(register):
 @pytest.fixture
 def gsm8k_dir() -> Path:
     if not (GSM8K_DIR / "train.jsonl").is_file():
-        pytest.fail(f"GSM8K rows are missing at {GSM8K_DIR}; the shared data folder is required")
+        pytest.fail(
+            f"GSM8K rows are missing at {GSM8K_DIR}; they ship in the repository's data/gsm8k"
+        )
     return GSM8K_DIR
 
 

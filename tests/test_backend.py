@@ -141,9 +141,119 @@ def test_evaluate_dpo_reports_preference_statistics(model):
     assert metrics["eval/rewards/margin"] == pytest.approx(0.0, abs=1e-6)
     assert metrics["eval/dpo_loss"] == pytest.approx(0.693147, rel=1e-4)
     assert metrics["eval/loss"] == pytest.approx(0.693147, rel=1e-4)
-    assert 0.0 <= metrics["eval/rewards/accuracy"] <= 1.0
+    assert metrics["eval/rewards/accuracy"] == 0.0  # ties are not correct
+    assert metrics["eval/skipped_rows"] == 0.0
+
+
+def test_evaluate_rows_with_prompts_over_the_limit_are_counted_as_skipped(model):
+    rows = [
+        *EVAL_ROWS,
+        {"prompt": "x" * 64, "response": "y"},
+        {"prompt": "z" * 80, "response": "w"},
+    ]
+    full = LocalBackend().evaluate(model, EVAL_ROWS, algorithm="sft", mini_bs=4)
+    metrics = LocalBackend().evaluate(model, rows, algorithm="sft", mini_bs=4, max_prompt_tokens=40)
+    assert metrics["eval/skipped_rows"] == 2.0
+    assert metrics["eval/loss"] == pytest.approx(full["eval/loss"], rel=1e-6)  # over the rest
+    nothing = LocalBackend().evaluate(model, rows[-2:], algorithm="sft", max_prompt_tokens=40)
+    assert nothing == {"eval/skipped_rows": 2.0}
 
 
 def test_evaluate_online_algorithm_is_refused(model):
     with pytest.raises(ValueError, match="'grpo' is online RL"):
         LocalBackend().evaluate(model, EVAL_ROWS, algorithm="grpo")
+
+
+# -- the backend contract ----------------------------------------------------------------------
+
+# LocalBackend.train keyword -> the areno train option it mirrors.
+API_OPTIONS = {
+    "algorithm": "algo",
+    "learning_rate": "lr",
+    "min_lr": "min_lr",
+    "lr_decay_steps": "lr_decay_steps",
+    "lr_decay_style": "lr_decay_style",
+    "weight_decay": "weight_decay",
+    "adam_8bit": "adam_8bit",
+    "grad_clip_norm": "grad_clip_norm",
+    "mini_bs": "mini_bs",
+    "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "activation_checkpointing": "activation_checkpointing",
+    "temperature": "temperature",
+    "max_prompt_tokens": "max_prompt_tokens",
+    "max_new_tokens": "max_new_tokens",
+    "disable_thinking": "disable_thinking",
+    "critic_lr": "critic_lr",
+    "critic_warmup_steps": "critic_warmup_steps",
+}
+
+
+def test_train_defaults_are_the_cli_defaults():
+    import inspect
+
+    from areno_core.config import RunConfig
+
+    params = inspect.signature(LocalBackend.train).parameters
+    cli = RunConfig()
+    for keyword, option in API_OPTIONS.items():
+        assert params[keyword].default == getattr(cli, option), keyword
+    assert params["adam_betas"].default == (cli.adam_beta1, cli.adam_beta2)
+    named = {p for p in params if p not in ("self", "model", "data", "algorithm_options")}
+    assert named == {*API_OPTIONS, "adam_betas"}
+
+
+def test_local_backend_meets_the_training_backend_protocol():
+    from areno_core.backend import TrainingBackend
+
+    assert isinstance(LocalBackend(device="cpu"), TrainingBackend)
+
+
+def test_train_uses_its_own_registry_or_a_spec_object(model):
+    from areno_algos.sft import SPEC as SFT
+
+    from areno_core.errors import ConfigError
+
+    class NoAlgorithms:
+        def algorithm(self, name):
+            raise ConfigError(f"unknown algorithm {name!r} in this registry")
+
+    backend = LocalBackend(device="cpu", registry=NoAlgorithms())  # type: ignore[arg-type]
+    rows = [{"prompt": "1+1=", "response": "2"}]
+    with pytest.raises(ConfigError, match="unknown algorithm 'sft' in this registry"):
+        backend.train(model, rows, algorithm="sft")
+    result = backend.train(model, rows, algorithm=SFT, learning_rate=1e-3)
+    assert result.step == 1
+
+
+def test_save_and_load_checkpoint_round_trip_model_state(model, tmp_path):
+    from areno_algos.sft import SPEC as SFT
+
+    backend = LocalBackend(device="cpu")
+    rows = [{"prompt": "1+1=", "response": "2"}, {"prompt": "2+2=", "response": "4"}]
+    backend.train(model, rows, algorithm=SFT, learning_rate=1e-3, mini_bs=1,
+                  gradient_accumulation_steps=1)  # fmt: skip
+    path = backend.save_checkpoint(model, tmp_path, trainer_state={"data": {"x": 1}}, config={})
+    assert path.name == "step_1" and model.optimizer_steps == 2
+    weights = {k: v.clone() for k, v in model.policy.state_dict().items()}
+    backend.train(model, rows, algorithm=SFT, learning_rate=1e-3)
+    fresh = TrainableModel.from_ckpt("random:qwen3-tiny", seed=5)
+    backend.setup(fresh, SFT, learning_rate=1e-3)
+    state = backend.load_checkpoint(fresh, path)
+    assert state["data"] == {"x": 1}
+    assert (fresh.step, fresh.optimizer_steps) == (1, 2)
+    for key, value in fresh.policy.state_dict().items():
+        torch.testing.assert_close(value, weights[key], rtol=0, atol=0)
+
+
+def test_train_multi_message_reply_error_names_the_row(model):
+    from areno_core.errors import DatasetError
+
+    user = {"role": "user", "content": "Sure?"}
+    pairs = [
+        {"prompt": "2+2=", "chosen": "4", "rejected": "five"},
+        {"prompt": "3+3=", "chosen": [{"role": "assistant", "content": "6"}, user],
+         "rejected": "no idea"},
+    ]  # fmt: skip
+    with pytest.raises(DatasetError, match=r"^row 1: a trained reply \(an sft response, a dpo"):
+        LocalBackend().train(model, pairs, algorithm="dpo", mini_bs=2)
+    assert model.step == 0

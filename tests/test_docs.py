@@ -130,6 +130,36 @@ def test_cli_reference_doc_matches_generated_text():
     )
 
 
+def test_generated_doc_blocks_are_current():
+    from areno_core.docs_gen import generated_files
+
+    pages = generated_files()
+    assert DOCS / "algorithms.md" in pages and DOCS / "plugins.md" in pages
+    stale = [str(p.relative_to(REPO)) for p, text in pages.items() if p.read_text() != text]
+    assert stale == [], "stale generated docs; regenerate with: python -m areno_core.docs_gen"
+
+
+@pytest.mark.parametrize(
+    ("page", "protocol"),
+    [
+        ("plugins.md", "areno_core.rollout.base.RolloutEngine"),
+        ("rollout.md", "areno_core.rollout.base.RolloutEngine"),
+        ("plugins.md", "areno_core.train.contract.TrainingBackend"),
+    ],
+)
+def test_plugin_docs_show_the_protocols_as_the_code_declares_them(page, protocol):
+    import importlib
+
+    from areno_core.docs_gen import protocol_outline
+
+    module, _, name = protocol.rpartition(".")
+    outline = protocol_outline(getattr(importlib.import_module(module), name))
+    text = (DOCS / page).read_text()
+    assert f"<!-- protocol: {protocol} -->\n```python\n{outline}\n```\n" in text
+    for member in ("def sync_weights", "def generate") if "Rollout" in name else ("def train",):
+        assert member in outline
+
+
 def test_cli_reference_doc_names_every_config_option():
     text = (DOCS / "cli.md").read_text()
     missing = [

@@ -48,7 +48,7 @@ def history(run: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def gsm8k_rows(tmp_path_factory) -> Path:
-    src = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+    src = REPO / "data" / "gsm8k" / "train.jsonl"
     path = tmp_path_factory.mktemp("data") / "gsm8k_head.jsonl"
     with src.open() as f:
         path.write_text("".join(next(f) for _ in range(96)))
@@ -129,7 +129,7 @@ def test_online_algorithms_run_and_write_metrics_and_checkpoint(tmp_path, gsm8k_
         assert (run / "step_2" / "critic").is_dir()
 
 
-@pytest.mark.parametrize("algo", ["sft", "grpo"])
+@pytest.mark.parametrize("algo", ["sft", "grpo", "ppo"])
 def test_resume_continues_with_identical_losses(tmp_path, gsm8k_rows, algo):
     common = [
         "train", "--algo", algo, "--ckpt", "random:qwen3-tiny",
@@ -151,6 +151,10 @@ def test_resume_continues_with_identical_losses(tmp_path, gsm8k_rows, algo):
             "--eval-dataset-path", str(gsm8k_rows), "--eval-limit", "6", "--eval-interval", "1",
         ]  # fmt: skip
         total, cut = 4, 2
+    if algo == "ppo":
+        # The critic (saved as a classifier) and the KL reference (the initial policy, not the
+        # resumed one) must both come back; the actor trains from step 2 on.
+        common += ["--critic-warmup-steps", "1", "--kl-loss-coef", "0.5"]
     full, part = tmp_path / "full", tmp_path / "part"
     areno(*common, "--max-steps", str(total), "--save-path", str(full))
     areno(*common, "--max-steps", str(cut), "--save-path", str(part), "--save-interval", "100")
@@ -159,7 +163,13 @@ def test_resume_continues_with_identical_losses(tmp_path, gsm8k_rows, algo):
     b = [h["train/loss"] for h in history(part) if "train/loss" in h]
     assert len(a) == len(b) == total
     torch.testing.assert_close(torch.tensor(b), torch.tensor(a), atol=1e-6, rtol=1e-6)
-    if algo == "grpo":
+    if algo == "ppo":
+        for key in ("train/kl", "train/value_loss", "rollout/explained_variance"):
+            ka = [h[key] for h in history(full) if "train/loss" in h]
+            kb = [h[key] for h in history(part) if "train/loss" in h]
+            torch.testing.assert_close(torch.tensor(kb), torch.tensor(ka), atol=1e-6, rtol=1e-6)
+        assert any(h["train/kl"] != 0.0 for h in history(full) if "train/loss" in h)
+    if algo != "sft":
         ra = [h["rollout/reward_mean"] for h in history(full) if "train/loss" in h]
         rb = [h["rollout/reward_mean"] for h in history(part) if "train/loss" in h]
         assert ra == rb
@@ -192,6 +202,80 @@ def test_sft_rows_missing_response_are_named_before_training(tmp_path, gsm8k_row
     assert info.value.code == 2
     assert "row 0" in err and "prompt" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_dpo_multi_message_continuation_refused_before_training_with_row_and_file(tmp_path, capsys):
+    user = {"role": "user", "content": "What is 2+2?"}
+    good, bad = {"role": "assistant", "content": "4"}, {"role": "assistant", "content": "5"}
+    follow = {"role": "user", "content": "Sure?"}
+    pairs = [{"chosen": [user, good], "rejected": [user, bad]}] * 3
+    pairs.append({"chosen": [user, good, follow, good], "rejected": [user, bad, follow, bad]})
+    data = tmp_path / "hh.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    run = tmp_path / "never"
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--algo", "dpo", "--ckpt", "random:qwen3-tiny", "--dataset-path",
+              str(data), "--save-path", str(run)])  # fmt: skip
+    err = "".join(capsys.readouterr().err.split())  # the console wraps long paths anywhere
+    assert info.value.code == 2
+    assert f"dpo:datasetrow3of{data}:key'chosen'holds3message(s)" in err
+    assert "SFTresponse" not in err
+    assert not run.exists()
+
+
+def test_save_path_under_a_file_is_a_clear_error_before_loading(tmp_path, gsm8k_rows, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a folder")
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--algo", "sft", "--ckpt", "random:qwen3-tiny", "--dataset-path",
+              str(gsm8k_rows), "--dataset-loader-fn", str(SFT_LOADER),
+              "--save-path", str(blocker / "run")])  # fmt: skip
+    err = "".join(capsys.readouterr().err.split())
+    assert info.value.code == 2
+    assert f"--save-path'{blocker}/run'cannotbeusedasafolder:'{blocker}'isafile" in err
+    assert "Traceback" not in err
+    assert blocker.read_text() == "not a folder"
+
+
+def test_resume_on_dataset_of_other_size_is_a_clear_error(tmp_path, gsm8k_rows, capsys):
+    run = tmp_path / "run"
+    base = [
+        "train",
+        "--algo",
+        "sft",
+        "--ckpt",
+        "random:qwen3-tiny",
+        "--dataset-loader-fn",
+        str(SFT_LOADER),
+        "--batch-size",
+        "4",
+        "--mini-bs",
+        "4",
+        "--max-new-tokens",
+        "16",
+        "--no-activation-checkpointing",
+        "--save-interval",
+        "1",
+        "--save-path",
+        str(run),
+    ]
+    data = tmp_path / "data.jsonl"
+    lines = gsm8k_rows.read_text().splitlines(keepends=True)
+    data.write_text("".join(lines[:20]))
+    areno(*base, "--dataset-path", str(data), "--max-steps", "1")  # fmt: skip
+    data.write_text("".join(lines))  # the same file, other content
+    with pytest.raises(SystemExit) as info:
+        main([*base, "--dataset-path", str(data), "--max-steps", "2", "--resume", "auto"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert info.value.code == 2
+    assert "that run trained on 20 rows, but --dataset-path" in err
+    assert "gives 96 rows (after the loader)" in err and "Traceback" not in err
+    data.write_text("".join(lines[20:40]))  # as many rows, other ones
+    with pytest.raises(SystemExit) as info:
+        main([*base, "--dataset-path", str(data), "--max-steps", "2", "--resume", "auto"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert "gives 20 rows, as many as that run trained on, but not the same rows" in err
+    assert (run / "latest").read_text().strip() == "step_1"
 
 
 def test_ppo_with_reward_model_scores_samples_with_it(tmp_path, gsm8k_rows):
@@ -274,8 +358,9 @@ def test_eval_dataset_logs_greedy_eval_at_start_interval_and_end(tmp_path, gsm8k
     start = rows[0]
     assert set(start) == {
         "step", "eval/accuracy", "eval/reward_mean", "eval/response_length_mean",
-        "eval/truncation_rate", "time/eval",
+        "eval/truncation_rate", "eval/skipped_rows", "time/eval",
     }  # fmt: skip
+    assert start["eval/skipped_rows"] == 0.0
     for step in evaluated:
         h = rows[step]
         assert 0.0 <= h["eval/accuracy"] <= 1.0 and 0.0 <= h["eval/reward_mean"] <= 1.0
@@ -326,8 +411,35 @@ def test_sft_eval_dataset_logs_held_out_loss_that_falls(tmp_path, gsm8k_rows, ca
     rows = {h["step"]: h for h in history(run)}
     evaluated = sorted(s for s, h in rows.items() if "eval/loss" in h)
     assert evaluated == [0, 4, 8]
-    assert set(rows[0]) == {"step", "eval/loss", "eval/nll", "time/eval"}
+    assert set(rows[0]) == {"step", "eval/loss", "eval/nll", "eval/skipped_rows", "time/eval"}
+    assert rows[0]["eval/skipped_rows"] == 0.0
     assert rows[8]["eval/loss"] < 0.9 * rows[0]["eval/loss"]  # it learns the rows it sees
     assert rows[8]["eval/loss"] == pytest.approx(rows[8]["eval/nll"])
     summary = " ".join(capsys.readouterr().out.split())
     assert f"eval loss │ {rows[0]['eval/loss']:.4g} -> {rows[8]['eval/loss']:.4g}" in summary
+
+
+def test_ppo_in_bfloat16_trains_through_float32_master_weights(tmp_path, gsm8k_rows):
+    from safetensors import safe_open
+
+    loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"
+    loader.write_text(RL_LOADER)
+    reward.write_text(RL_REWARD)
+    run = tmp_path / "run"
+    areno(
+        "train", "--algo", "ppo", "--ckpt", "random:qwen3-tiny", "--dtype", "bfloat16",
+        "--dataset-path", str(gsm8k_rows), "--dataset-loader-fn", str(loader),
+        "--reward-fn-path", str(reward), "--batch-size", "2", "--n-samples", "2",
+        "--max-new-tokens", "6", "--critic-warmup-steps", "0", "--lr", "1e-3",
+        "--max-steps", "1", "--save-path", str(run),
+    )  # fmt: skip
+    step = history(run)[0]
+    assert step["train/grad_norm"] > 0 and step["memory/train_peak_mib"] > 0
+    with safe_open(run / "step_1" / "model.safetensors", "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}  # noqa: SIM118
+    state = torch.load(run / "step_1" / "trainer_state.pt", weights_only=True)
+    masters = state["optimizer"]["master_weights"]
+    assert masters and {m.dtype for m in masters} == {torch.float32}
+    assert {m.dtype for m in state["extra"]["critic"]["optimizer"]["master_weights"]} == {
+        torch.float32
+    }

@@ -51,7 +51,28 @@ def test_evaluator_greedy_one_sample_metrics_hand_computed() -> None:
     assert metrics["time/eval"] >= 0.0
     assert set(metrics) == {
         "eval/accuracy", "eval/reward_mean", "eval/response_length_mean",
-        "eval/truncation_rate", "time/eval",
+        "eval/truncation_rate", "eval/skipped_rows", "time/eval",
     }  # fmt: skip
+    assert metrics["eval/skipped_rows"] == 0.0
     evaluate()
     assert engine.sessions == 2 and len(engine.calls) == 2  # every call evaluates afresh
+
+
+def test_evaluator_prompts_the_engine_skips_are_counted_not_scored() -> None:
+    class SkippingEngine(ScriptedEngine):
+        def generate(self, prompts, sampling, n=1, generator=None):
+            out = super().generate(prompts, sampling, n, generator)
+            return [[] if i % 2 else samples for i, samples in enumerate(out)]  # too long
+
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in (1, 2, 3, 4)]
+    engine = SkippingEngine(["2", "3", "5", "5"], ["stop"] * 4)
+    evaluate = build_evaluator(
+        rows,
+        engine=engine,
+        tokenizer=build_byte_tokenizer(),
+        reward_fn=lambda r: float(r.completion == r.answer),
+        max_new_tokens=5,
+    )
+    metrics = evaluate()
+    assert metrics["eval/skipped_rows"] == 2.0
+    assert metrics["eval/accuracy"] == pytest.approx(1 / 2)  # rows 0 and 2: right, wrong

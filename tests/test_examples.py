@@ -223,15 +223,48 @@ def test_doc_example_register_recipes_fills_gspo_options(doc_plugin):
     assert options["ckpt"] == "random:qwen3-tiny"
 
 
-def test_doc_example_register_rollout_engines_builds_native_engine(doc_plugin):
+def test_doc_example_register_rollout_engines_builds_copy_engine(doc_plugin):
+    import torch
+
     from areno_core.models.loading import load_model_and_tokenizer
     from areno_core.rollout.base import EngineOptions
-    from areno_core.rollout.native import NativeEngine
+    from areno_core.types import SamplingParams
 
     registry, module = doc_plugin("register_rollout_engines")
-    assert registry.provided_by(module) == {"rollout_engines": ["native_small_prefill"]}
-    factory = registry.get("rollout_engines", "native_small_prefill")
+    assert registry.provided_by(module) == {"rollout_engines": ["copy"]}
+    spec = registry.engine("copy")
+    assert registry.options.owners("copy_prefill_tokens")[0].name == "copy"
     model, tokenizer = load_model_and_tokenizer("random:qwen3-tiny", device="cpu")
-    engine = factory(model, tokenizer, EngineOptions(attn_backend="native", max_running=4))
-    assert isinstance(engine, NativeEngine)
-    assert (engine.options.prefill_batch_tokens, engine.options.max_running) == (2048, 4)
+    options = EngineOptions(attn_backend="native", max_running=4)
+    engine = spec.create(model, tokenizer, options, spec.make_config({"copy_prefill_tokens": 64}))
+    assert (engine.config.prefill_batch_tokens, engine.options.max_running) == (64, 4)
+    assert engine.model is not model  # its own copy of the weights
+    sampling = SamplingParams(max_new_tokens=4, greedy=True)
+    before = engine.generate([[5, 6, 7]], sampling)[0][0].token_ids
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param))
+    assert engine.generate([[5, 6, 7]], sampling)[0][0].token_ids == before  # stale copy
+    engine.sync_weights(model, version=1)
+    fresh = spec.create(model, tokenizer, options).generate([[5, 6, 7]], sampling)
+    synced = engine.generate([[5, 6, 7]], sampling)[0][0]
+    assert synced.token_ids == fresh[0][0].token_ids and synced.policy_version == 1
+
+
+def test_doc_example_register_backends_trains_one_step(doc_plugin):
+    from areno_algos.sft import SPEC as SFT
+
+    from areno_core.backend import LocalBackend, TrainableModel
+    from areno_core.config import build_config
+
+    registry, module = doc_plugin("register_backends")
+    assert registry.provided_by(module) == {"backends": ["plain"]}
+    spec = registry.backend("plain")
+    assert spec.check(build_config({"world_size": 2})) == "one device only"
+    backend = spec.factory(build_config({}), spec.make_config({}), registry)
+    assert isinstance(backend, LocalBackend) and backend.share_prefix is False
+    model = TrainableModel.from_ckpt("random:qwen3-tiny")
+    rows = [{"prompt": "2+2=", "response": "4"}, {"prompt": "3+3=", "response": "6"}]
+    result = backend.train(model, rows, algorithm=SFT, learning_rate=1e-3, mini_bs=2)
+    assert result.step == 1 and model.optimizer_steps == 1
+    assert 3.0 < result.metrics["train/loss"] < 7.0

@@ -18,7 +18,7 @@ SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
 
 def catalog() -> set[str]:
     text = DOC.read_text().split("## Metric catalog", 1)[1].split("\n## ", 1)[0]
-    return set(re.findall(r"`((?:rollout|train|time|eval)/[a-z_/]+)`", text))
+    return set(re.findall(r"`((?:rollout|train|time|eval|memory)/[a-z_/]+)`", text))
 
 
 def run_and_collect(args: list[str], out: Path) -> set[str]:
@@ -37,7 +37,7 @@ def run_and_collect(args: list[str], out: Path) -> set[str]:
 def emitted(tmp_path_factory) -> set[str]:
     set_registry(None)
     root = tmp_path_factory.mktemp("catalog")
-    src = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+    src = REPO / "data" / "gsm8k" / "train.jsonl"
     data = root / "rows.jsonl"
     with src.open() as f:
         data.write_text("".join(next(f) for _ in range(8)))

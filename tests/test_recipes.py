@@ -140,7 +140,8 @@ def test_recipe_precedence_recipe_below_config_below_flags_flag_wins(recipe_regi
 def test_recipe_precedence_without_config_recipe_beats_defaults(recipe_registry):
     resolved = resolve_run({"recipe": "testpack/arith", "algo": "dpo"}, registry=recipe_registry)
     cfg = resolved.config
-    assert (cfg.lr, cfg.dpo_beta, cfg.max_new_tokens, cfg.mini_bs) == (1e-3, 0.2, 16, 2)
+    assert (cfg.lr, cfg.max_new_tokens, cfg.mini_bs) == (1e-3, 16, 2)
+    assert resolved.algorithm_config.dpo_beta == 0.2
     assert resolved.recipe is not None and resolved.recipe.name == "testpack/arith"
     assert "dpo_beta" in resolved.recipe_options and resolved.explicit == {"recipe", "algo"}
 
@@ -342,7 +343,6 @@ def test_recipe_resource_escaping_package_is_rejected_at_definition():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"defaults": {"learning_rate": 1e-5}}, "unknown option 'learning_rate'"),
         ({"defaults": {"algo": "sft"}}, "may not set 'algo'"),
         ({"defaults": {"lr": -1.0}}, "--lr must be positive"),
         ({"algorithm_defaults": {"dpo": {"dpo_beta": 0.1}}}, "does not list in algorithms"),
@@ -355,6 +355,36 @@ def test_recipe_resource_escaping_package_is_rejected_at_definition():
 def test_recipe_invalid_definition_is_rejected_with_reason(overrides, message):
     with pytest.raises((ValueError, TypeError), match=message):
         recipe(**overrides)
+
+
+BAD_RECIPES_SOURCE = """
+from areno_core import hookimpl
+from areno_core.recipe import Recipe
+
+
+@hookimpl
+def register_recipes(register):
+    register(Recipe("bad/typo", "typo", ("sft",), defaults={"learning_rate": 1e-5}))
+    register(Recipe("bad/value", "bad value", ("dpo",), defaults={"dpo_beta": -1.0}))
+    foreign = {"gspo": {"dpo_beta": 1.0}}
+    register(Recipe("bad/foreign", "other algo", ("gspo",), algorithm_defaults=foreign))
+    register(Recipe("bad/fine", "fine", ("dpo",), defaults={"dpo_beta": 0.3}))
+"""
+
+
+def test_recipe_with_bad_plugin_options_is_dropped_and_reported(install_areno_plugin, monkeypatch):
+    monkeypatch.setenv("ARENO_PLUGINS", "algos,bad_recipes")
+    registry = install_areno_plugin("bad-recipes", "bad_recipes", BAD_RECIPES_SOURCE)
+    assert registry.names("recipes") == ["bad/fine"]
+    errors = sorted(f.error for f in registry.failures if f.distribution == "bad-recipes")
+    assert len(errors) == 3
+    assert "recipe 'bad/foreign' is not usable" in errors[0]
+    assert "sets --dpo-beta, which --algo gspo does not read" in errors[0]
+    assert "algorithm dpo (areno-algos)" in errors[0]
+    assert "recipe 'bad/typo' is not usable" in errors[1]
+    assert "unknown option 'learning_rate'" in errors[1]
+    assert "recipe 'bad/value' is not usable" in errors[2]
+    assert "--dpo-beta must be > 0, got -1.0" in errors[2]
 
 
 def test_recipe_existing_constructor_arguments_still_work():

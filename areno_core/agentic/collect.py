@@ -76,12 +76,14 @@ def resolve_agent_fn(spec: str, registry: Any) -> AgentFn:
 
     The function must be an ``async def`` (or an async generator function).
     """
-    if ".py" in spec:
-        from areno_core.pyfile import load_function
+    from areno_core.pyfile import resolve_function
 
-        fn = load_function(spec, default_name="run_agent", what="agent function")
-    else:
-        fn = registry.get("agents", spec)
+    fn = resolve_function(
+        spec,
+        lookup=lambda name: registry.get("agents", name),
+        default_name="run_agent",
+        what="agent function",
+    )
     if not _is_async(fn):
         raise UserCodeError(
             f"agent function {spec!r} must be defined with 'async def run_agent(ctx, batch)' "

@@ -1,4 +1,10 @@
-"""Turn the attrs run-config fields into click options, grouped by section in ``--help``."""
+"""Turn run options into click options, grouped by section in ``--help``.
+
+The options of ``areno train`` are not fixed at import: :class:`RunOptionsCommand` asks the
+registry of installed plugins for its :class:`~areno_core.options.OptionTable` each time it
+parses or prints help, so an algorithm, rollout engine or backend installed as a plugin adds
+its own flags (and its own ``--help`` section) without any change to the core.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import attrs
 import click
 from click.core import ParameterSource
 
-from areno_core.config import SECTION_TITLES, SECTIONS, _base_type, iter_options
+from areno_core.options import OptionTable, Section, base_type
 
 _CLICK_TYPES: dict[type, Any] = {int: click.INT, float: click.FLOAT, str: click.STRING}
 
@@ -42,7 +48,7 @@ def default_text(field: attrs.Attribute) -> str | None:
     return str(default)
 
 
-def _show_default(field: attrs.Attribute) -> bool | str:
+def show_default(field: attrs.Attribute) -> bool | str:
     meta = field.metadata
     if meta.get("default_text"):
         return str(meta["default_text"])
@@ -52,13 +58,13 @@ def _show_default(field: attrs.Attribute) -> bool | str:
 
 def option_for(section: str, field: attrs.Attribute) -> SectionedOption:
     meta = field.metadata
-    target = _base_type(field.type)
+    target = base_type(field)
     decl = flag_name(field.name)
     kwargs: dict[str, Any] = {
         "help": meta["help"],
         "section": section,
         "default": field.default,
-        "show_default": _show_default(field),
+        "show_default": show_default(field),
     }
     if target is bool:
         if meta.get("negatable"):
@@ -70,51 +76,70 @@ def option_for(section: str, field: attrs.Attribute) -> SectionedOption:
         kwargs["metavar"] = "[" + "|".join(meta["choices"]) + "]"
     else:
         kwargs["type"] = _CLICK_TYPES[target]
-        kwargs["metavar"] = {int: "INTEGER", float: "FLOAT", str: "TEXT"}[target]
+        kwargs["metavar"] = (
+            meta.get("metavar") or {int: "INTEGER", float: "FLOAT", str: "TEXT"}[target]
+        )
     return SectionedOption([decl, field.name], **kwargs)
 
 
-def add_run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorate a click command with one option per run-config field."""
-    for section, field in reversed(list(iter_options())):
-        fn = _attach(fn, option_for(section, field))
-    return fn
+def run_options(table: OptionTable) -> list[SectionedOption]:
+    """One click option per run option of ``table`` (an option several plugins share once)."""
+    return [option_for(d.section, d.field) for d in table.declared.values()]
 
 
-def _attach(fn: Callable[..., Any], option: click.Option) -> Callable[..., Any]:
-    if not hasattr(fn, "__click_params__"):
-        fn.__click_params__ = []  # type: ignore[attr-defined]
-    fn.__click_params__.append(option)  # type: ignore[attr-defined]
-    return fn
-
-
-def explicit_options(ctx: click.Context) -> dict[str, Any]:
+def explicit_options(ctx: click.Context, table: OptionTable) -> dict[str, Any]:
     """The run options the user typed on the command line (or set through the environment)."""
     out: dict[str, Any] = {}
-    for _, field in iter_options():
-        source = ctx.get_parameter_source(field.name)
+    for name in table.names():
+        source = ctx.get_parameter_source(name)
         if source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
-            out[field.name] = ctx.params[field.name]
+            out[name] = ctx.params[name]
     return out
 
 
-class SectionedCommand(click.Command):
-    """A command whose ``--help`` lists options under the run-config section titles."""
+def section_help(ctx: click.Context, section: Section) -> list[tuple[str, str]]:
+    """``--help`` rows of one section (a shared option shows its owner's own help here)."""
+    rows = []
+    for field in section.fields:
+        record = option_for(section.key, field).get_help_record(ctx)
+        if record is not None:
+            rows.append(record)
+    return rows
+
+
+class RunOptionsCommand(click.Command):
+    """A command that takes every run option of the installed plugins, listed in ``--help``
+    under the sections of :class:`OptionTable` (the command's own options under ``Basic``)."""
+
+    def __init__(self, *args: Any, table: Callable[[], OptionTable], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._table = table
+        self._cache: tuple[OptionTable, list[SectionedOption]] | None = None
+
+    def option_table(self) -> OptionTable:
+        return self._table()
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        table = self.option_table()
+        if self._cache is None or self._cache[0] is not table:
+            self._cache = (table, run_options(table))
+        return [*self._cache[1], *super().get_params(ctx)]
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        groups: dict[str, list[tuple[str, str]]] = {s: [] for s in [*SECTIONS, "other"]}
-        for param in self.get_params(ctx):
+        table = self.option_table()
+        own: dict[str, list[tuple[str, str]]] = {}
+        for param in super().get_params(ctx):
             record = param.get_help_record(ctx)
-            if record is None:
+            if record is not None:
+                own.setdefault(getattr(param, "section", "other"), []).append(record)
+        for section in table.sections:
+            rows = section_help(ctx, section) + own.pop(section.key, [])
+            if not rows:
                 continue
-            section = getattr(param, "section", "other")
-            groups.setdefault(section, []).append(record)
-        for section, records in groups.items():
-            if not records:
-                continue
-            title = SECTION_TITLES.get(section, "Other")
-            with formatter.section(title):
-                doc = (SECTIONS[section].__doc__ or "") if section in SECTIONS else ""
-                if doc:
-                    formatter.write_text(doc.strip())
+            with formatter.section(section.title):
+                if section.doc:
+                    formatter.write_text(section.doc)
+                formatter.write_dl(rows)
+        for records in own.values():
+            with formatter.section("Other"):
                 formatter.write_dl(records)

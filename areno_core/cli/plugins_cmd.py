@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import click
 from rich.console import Console
 from rich.table import Table
 
-from areno_core.registry import KINDS, get_registry
+from areno_core.options import OWNER_KINDS
+from areno_core.registry import KINDS, Registry, get_registry
 
 console = Console()
 
@@ -31,6 +33,7 @@ def plugins_report() -> dict[str, object]:
                 "distribution": info.distribution,
                 "version": info.version,
                 "registered": registered,
+                "options": _declared_options(registry, info.name),
                 "internal_recipes": len(hidden),
             }
         )
@@ -39,6 +42,17 @@ def plugins_report() -> dict[str, object]:
         for f in registry.failures
     ]
     return {"plugins": plugins, "failures": failures}
+
+
+def _declared_options(registry: Registry, plugin_name: str) -> dict[str, list[str]]:
+    """The run options each algorithm, engine and backend of one plugin declares."""
+    out: dict[str, list[str]] = {}
+    for kind, registry_kind, _ in OWNER_KINDS:
+        for name, entry in registry.entries[registry_kind].items():
+            fields = attrs.fields(entry.obj.config_cls)
+            if entry.plugin.name == plugin_name and fields:
+                out[f"{kind} {name}"] = [f.name for f in fields]
+    return out
 
 
 @click.command("plugins")
@@ -57,6 +71,9 @@ def plugins(as_json: bool) -> None:
     for p in report["plugins"]:  # type: ignore[union-attr]
         registered = p["registered"] or {}
         lines = [f"{KINDS[k][1]}s: {', '.join(v)}" for k, v in registered.items()]
+        for owner, names in p["options"].items():
+            flags = ", ".join("--" + n.replace("_", "-") for n in names)
+            lines.append(f"options of {owner}: {flags}")
         table.add_row(p["distribution"], p["version"], p["name"], "\n".join(lines) or "(nothing)")
     console.print(table)
     if not get_registry().names("algorithms"):

@@ -23,6 +23,7 @@ from areno_core.data.schema import (
     SFT_SCHEMA,
     is_chat_preference_row,
     split_chat_preference,
+    split_preference_rows,
     validate_rows,
 )
 from areno_core.data.sources import load_rows
@@ -38,5 +39,6 @@ __all__ = [
     "load_rows",
     "resolve_loader",
     "split_chat_preference",
+    "split_preference_rows",
     "validate_rows",
 ]

@@ -26,9 +26,9 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from areno_core.errors import ArenoError, ConfigError, DatasetError, UserCodeError
+from areno_core.errors import DatasetError, UserCodeError
 from areno_core.log import get_logger
-from areno_core.pyfile import load_function
+from areno_core.pyfile import resolve_function
 
 logger = get_logger(__name__)
 
@@ -48,29 +48,9 @@ def resolve_loader(
     """
     if spec is None or not spec.strip():
         return None
-    spec = spec.strip()
-    if ".py" in spec:
-        loader = load_function(spec, default_name=DEFAULT_LOADER_NAME, what="dataset loader")
-    else:
-        if registry_lookup is None:
-            raise ConfigError(
-                f"dataset loader {spec!r} is not a .py file and no loader registry is available "
-                "to look the name up; pass 'file.py' or 'file.py:function'"
-            )
-        try:
-            loader = registry_lookup(spec)
-        except ArenoError:
-            raise
-        except LookupError as exc:
-            raise ConfigError(
-                f"unknown dataset loader {spec!r}: no plugin registered a loader by that name. "
-                "Pass a registered name or a 'file.py[:function]' path"
-            ) from exc
-        if not callable(loader):
-            raise UserCodeError(
-                f"dataset loader {spec!r} from the registry is of type {type(loader).__name__}, "
-                "not a function"
-            )
+    loader = resolve_function(
+        spec, lookup=registry_lookup, default_name=DEFAULT_LOADER_NAME, what="dataset loader"
+    )
     check_loader(loader)
     return loader
 

@@ -11,8 +11,10 @@ are here:
 
 A "chat" value is a non-empty list of messages, each a dict with a ``role`` string and a
 ``content`` (string, list of content parts, or None). An optional key set to None counts as
-absent. DPO also accepts rows that have only ``chosen`` and ``rejected`` as full chat lists
-sharing their opening messages: :func:`split_chat_preference` turns such a row into
+absent. A reply (``response``, ``chosen``, ``rejected``) given as a chat list must be exactly
+one assistant message: several turns after the prompt are refused here, before training. DPO
+also accepts rows that have only ``chosen`` and ``rejected`` as full chat lists sharing their
+opening messages: :func:`split_chat_preference` turns such a row into
 prompt/chosen/rejected, and :func:`validate_rows` accepts it.
 """
 
@@ -29,6 +31,8 @@ logger = get_logger(__name__)
 
 # Keys whose list values are chat message lists (validated message by message).
 CHAT_KEYS = frozenset({"prompt", "response", "chosen", "rejected", "messages"})
+# Keys holding the trained reply: as a chat list, exactly one assistant message.
+REPLY_KEYS = frozenset({"response", "chosen", "rejected"})
 # Keys whose list values must hold items of these types.
 LIST_ITEM_TYPES: Mapping[str, tuple[type, ...]] = {"solutions": (str, int, float)}
 
@@ -58,17 +62,44 @@ AGENTIC_SCHEMA = RowSchema(
 )
 
 
-def validate_rows(rows: Sequence[Any], schema: RowSchema, *, algo: str) -> None:
+def validate_rows(
+    rows: Sequence[Any], schema: RowSchema, *, algo: str, source: str | None = None
+) -> None:
     """Raise :class:`DatasetError` for the first row that does not match ``schema``.
 
-    The message names the algorithm, the 0-based row index, the key, the type found and the
-    types expected, and lists the keys the row has.
+    The message names the algorithm, the 0-based row index (and ``source``, the file the rows
+    came from, when given), the key, the type found and the types expected, and lists the keys
+    the row has.
     """
     if not rows:
         raise DatasetError(f"{algo}: the dataset has no rows after loading")
     for index, row in enumerate(rows):
-        _validate_row(row, index, schema, algo)
+        _validate_row(row, _row_label(index, source), schema, algo)
     logger.debug("%s: %d rows match the row schema", algo, len(rows))
+
+
+def split_preference_rows(
+    rows: Sequence[Any], *, algo: str, source: str | None = None
+) -> list[Any]:
+    """``rows`` with every whole-conversation pair (see :func:`is_chat_preference_row`) split
+    by :func:`split_chat_preference`; a pair that cannot be split is an error naming its row
+    (and ``source``)."""
+    out = []
+    for index, row in enumerate(rows):
+        if isinstance(row, Mapping) and is_chat_preference_row(row):
+            try:
+                row = split_chat_preference(row)
+            except DatasetError as exc:
+                raise DatasetError(
+                    f"{algo}: {_row_label(index, source)} has no 'prompt' and its "
+                    f"chosen/rejected chat lists cannot be split into one: {exc}. {_keys_of(row)}"
+                ) from exc
+        out.append(row)
+    return out
+
+
+def _row_label(index: int, source: str | None) -> str:
+    return f"dataset row {index}" + (f" of {source}" if source else "")
 
 
 def split_chat_preference(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,10 +156,10 @@ def is_chat_preference_row(row: Mapping[str, Any]) -> bool:
     )
 
 
-def _validate_row(row: Any, index: int, schema: RowSchema, algo: str) -> None:
+def _validate_row(row: Any, label: str, schema: RowSchema, algo: str) -> None:
     if not isinstance(row, Mapping):
         raise DatasetError(
-            f"{algo}: dataset row {index} is of type {type(row).__name__}, not a dict; "
+            f"{algo}: {label} is of type {type(row).__name__}, not a dict; "
             "a loader must return dicts"
         )
     if schema == DPO_SCHEMA and is_chat_preference_row(row):
@@ -136,28 +167,28 @@ def _validate_row(row: Any, index: int, schema: RowSchema, algo: str) -> None:
             row = split_chat_preference(row)
         except DatasetError as exc:
             raise DatasetError(
-                f"{algo}: dataset row {index} has no 'prompt' and its chosen/rejected chat lists "
+                f"{algo}: {label} has no 'prompt' and its chosen/rejected chat lists "
                 f"cannot be split into one: {exc}. {_keys_of(row)}"
             ) from exc
     for key, types in schema.required.items():
         if key not in row:
             raise DatasetError(
-                f"{algo}: dataset row {index} is missing the required key '{key}' (expected "
+                f"{algo}: {label} is missing the required key '{key}' (expected "
                 f"{_expected(key, types)}). {_keys_of(row)}. {_hint(schema)}"
             )
-        _check_value(row, key, types, index, algo)
+        _check_value(row, key, types, label, algo)
     for key, types in schema.optional.items():
         if row.get(key) is not None:
-            _check_value(row, key, types, index, algo)
+            _check_value(row, key, types, label, algo)
 
 
 def _check_value(
-    row: Mapping[str, Any], key: str, types: tuple[type, ...], index: int, algo: str
+    row: Mapping[str, Any], key: str, types: tuple[type, ...], label: str, algo: str
 ) -> None:
     value = row[key]
     if not _matches(value, types):
         raise DatasetError(
-            f"{algo}: dataset row {index}: key '{key}' has type {_type_name(value)}, expected "
+            f"{algo}: {label}: key '{key}' has type {_type_name(value)}, expected "
             f"{_expected(key, types)}. {_keys_of(row)}"
         )
     if not isinstance(value, list):
@@ -166,16 +197,25 @@ def _check_value(
         problem = _chat_problem(value)
         if problem:
             raise DatasetError(
-                f"{algo}: dataset row {index}: key '{key}' is a list, so it must be a chat "
+                f"{algo}: {label}: key '{key}' is a list, so it must be a chat "
                 f"message list, but {problem}. Each message must be a dict with a 'role' "
                 f"string and a 'content'. {_keys_of(row)}"
+            )
+        if key in REPLY_KEYS and (len(value) != 1 or value[0].get("role") != "assistant"):
+            roles = ", ".join(repr(m.get("role")) for m in value)
+            raise DatasetError(
+                f"{algo}: {label}: key '{key}' holds {len(value)} message(s) with roles {roles}; "
+                f"as a chat list, '{key}' must be exactly one assistant message (training on "
+                "several turns after the prompt is not supported). Keep the first assistant "
+                "reply, or move the earlier turns into 'prompt', or drop the row (a "
+                f"--dataset-loader-fn that returns None for it). {_keys_of(row)}"
             )
     item_types = LIST_ITEM_TYPES.get(key)
     if item_types is not None:
         for position, item in enumerate(value):
             if not _matches(item, item_types):
                 raise DatasetError(
-                    f"{algo}: dataset row {index}: key '{key}' item {position} has type "
+                    f"{algo}: {label}: key '{key}' item {position} has type "
                     f"{_type_name(item)}, expected {_names(item_types)}. {_keys_of(row)}"
                 )
 
@@ -243,9 +283,11 @@ __all__ = [
     "CHAT_KEYS",
     "DPO_SCHEMA",
     "LIST_ITEM_TYPES",
+    "REPLY_KEYS",
     "RL_SCHEMA",
     "SFT_SCHEMA",
     "is_chat_preference_row",
     "split_chat_preference",
+    "split_preference_rows",
     "validate_rows",
 ]

@@ -232,12 +232,19 @@ def _response_message(response: str | Message | Sequence[Message]) -> dict[str, 
         message = _as_messages(response)[0]
     else:
         raise DatasetError(
-            "an SFT response must be a string, one assistant message, or a list holding one "
-            f"assistant message; got {response!r}"
+            "a trained reply (an sft response, a dpo chosen or rejected) must be a string, one "
+            f"assistant message, or a list holding one assistant message; got {_short(response)}"
         )
     if message.get("role") != "assistant":
-        raise DatasetError(f"an SFT response message must have role 'assistant', got {message!r}")
+        raise DatasetError(
+            f"a trained reply message must have role 'assistant', got {_short(message)}"
+        )
     return message
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _chat_response_text(

@@ -24,7 +24,7 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -200,6 +200,16 @@ def _load_config(ref: str) -> PretrainedConfig:
     return _pretrained(ref, "model config", AutoConfig.from_pretrained)
 
 
+def load_model_config(ref: str) -> PretrainedConfig:
+    """The architecture config of a model reference, without loading any weights (a
+    ``random:`` reference's config is built, a checkpoint's ``config.json`` is read)."""
+    if is_random_ref(ref):
+        from areno_core.models.scratch import build_random_config
+
+        return build_random_config(ref)
+    return _load_config(ref)
+
+
 def _finish(model: nn.Module, device: str | torch.device, role: str) -> None:
     model.to(torch.device(device))
     model.eval()
@@ -349,11 +359,9 @@ class ValueModel(nn.Module):
         last = (positions * attention_mask.to(positions.dtype)).amax(dim=-1)
         return values.gather(-1, last.unsqueeze(-1)).squeeze(-1)
 
-    def save_pretrained(self, path: str | os.PathLike[str]) -> None:
-        """Save as a ``*ForSequenceClassification`` checkpoint (num_labels=1).
-
-        :func:`load_value_model` on the saved directory restores the same backbone and head.
-        """
+    def _meta_classifier(self) -> tuple[PreTrainedModel, str]:
+        """The ``*ForSequenceClassification`` layout this model is saved in (on the meta
+        device, so it costs no memory) and the name of its score head."""
         config = copy.deepcopy(self.backbone.config)
         config.num_labels = 1
         with torch.device("meta"):
@@ -363,6 +371,31 @@ class ValueModel(nn.Module):
             raise NotImplementedError(
                 f"{type(classifier).__name__} has no single linear score head to save into"
             )
+        return classifier, head_name
+
+    def convert_saved_weights(self, weights: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Rename the tensors of a directory written by :meth:`save_pretrained` (``model.*``,
+        ``score.*`` for Qwen3) to this module's names (``backbone.*``, ``head.*``), so a
+        checkpoint's critic loads back strictly; other names are kept as they are."""
+        classifier, head_name = self._meta_classifier()
+        renames = {f"{classifier.base_model_prefix}.": "backbone.", f"{head_name}.": "head."}
+        out: dict[str, torch.Tensor] = {}
+        for key, value in weights.items():
+            for old, new in renames.items():
+                if key.startswith(old):
+                    key = new + key[len(old) :]
+                    break
+            out[key] = value
+        return out
+
+    def save_pretrained(self, path: str | os.PathLike[str]) -> None:
+        """Save as a ``*ForSequenceClassification`` checkpoint (num_labels=1).
+
+        :func:`load_value_model` on the saved directory restores the same backbone and head,
+        and so does :func:`areno_core.train.checkpoint.load_module_weights` on a live
+        ``ValueModel`` (through :meth:`convert_saved_weights`).
+        """
+        classifier, head_name = self._meta_classifier()
         state = {
             f"{classifier.base_model_prefix}.{key}": value
             for key, value in self.backbone.state_dict().items()
@@ -468,6 +501,7 @@ __all__ = [
     "hub_reachable",
     "load_model",
     "load_model_and_tokenizer",
+    "load_model_config",
     "load_tokenizer",
     "load_value_model",
     "resolve_dtype",

@@ -8,40 +8,28 @@ buffers for the next step (the default, less setup per step) or frees them
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from areno_core.options import NoOptions, make_options
 from areno_core.types import Completion, SamplingParams
+from areno_core.validators import boolean, number, one_of, required
 
 AttnBackend = Literal["flash", "native"]
 ATTN_BACKENDS: tuple[str, ...] = ("flash", "native")
 
 
-def _positive_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and (not isinstance(value, int) or value < 1):
-        raise ValueError(f"{attribute.name} must be a positive integer or None, got {value!r}")
-
-
-def _positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
-
-
-def _attn_backend(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value not in ATTN_BACKENDS:
-        raise ValueError(f"{attribute.name} must be one of {ATTN_BACKENDS}, got {value!r}")
-
-
 @attrs.frozen
 class EngineOptions:
-    """How a rollout engine runs; sampling itself is described by ``SamplingParams``."""
+    """What every rollout engine honours, from the run's core options. An engine's own
+    options are its spec's ``config_cls`` (see :class:`EngineSpec`)."""
 
     max_running: int | None = attrs.field(
         default=None,
-        validator=_positive_or_none,
+        validator=number(min=1, integer=True),
         metadata={
             "help": "Most sequences decoded at once (--max-running-prompts). None runs every "
             "requested sample of a generate() call together."
@@ -49,7 +37,7 @@ class EngineOptions:
     )
     max_prompt_tokens: int = attrs.field(
         default=1024,
-        validator=_positive,
+        validator=[required, number(min=1, integer=True)],
         metadata={
             "help": "Prompts with more tokens are skipped: generate() returns no completion "
             "for them and counts them in stats['skipped_prompts'] (--max-prompt-tokens)."
@@ -57,7 +45,7 @@ class EngineOptions:
     )
     attn_backend: AttnBackend = attrs.field(
         default="flash",
-        validator=_attn_backend,
+        validator=[required, one_of(ATTN_BACKENDS)],
         metadata={
             "help": "Attention kernels for rollout: 'flash' needs flash-attn and a CUDA GPU "
             "and otherwise falls back to 'native' (torch SDPA) with a warning (--attn-backend)."
@@ -65,17 +53,10 @@ class EngineOptions:
     )
     eager_decode: bool = attrs.field(
         default=False,
+        validator=boolean,
         metadata={
             "help": "Run decode steps eagerly instead of replaying a CUDA graph "
             "(--eager-decode). Matters only for engines that capture CUDA graphs."
-        },
-    )
-    prefill_batch_tokens: int = attrs.field(
-        default=16384,
-        validator=_positive,
-        metadata={
-            "help": "Upper bound on padded prompt tokens per prefill forward pass; larger "
-            "admissions are split into several passes."
         },
     )
 
@@ -116,6 +97,42 @@ class RolloutEngine(Protocol):
 
     def end_session(self, *, drop_state: bool = False) -> None:
         """Finish the rollout phase; with ``drop_state`` free caches and buffers."""
+
+
+EngineFactory = Callable[[Any, Any, EngineOptions, Any], RolloutEngine]
+
+
+@attrs.frozen
+class EngineSpec:
+    """What a rollout-engine plugin registers (``register_rollout_engines``).
+
+    ``factory(policy, tokenizer, options, config)`` builds the engine for a run: ``policy`` is
+    the module being trained (an engine may sample from it directly or keep its own copy, kept
+    current by ``sync_weights``), ``options`` the core's :class:`EngineOptions`, ``config`` an
+    instance of ``config_cls``, the engine's own options, which become ``areno train`` flags.
+    """
+
+    name: str
+    summary: str
+    factory: EngineFactory
+    config_cls: type = NoOptions
+
+    def __attrs_post_init__(self) -> None:
+        if not self.name or self.name != self.name.strip() or "/" in self.name:
+            raise ValueError(f"rollout engine name {self.name!r} must be a non-empty word")
+        if not callable(self.factory):
+            raise TypeError(f"rollout engine {self.name!r}: factory must be callable")
+
+    def make_config(self, options: Any) -> Any:
+        """Its config from a mapping or object of run options (declared fields only)."""
+        return make_options(self.config_cls, options)
+
+    def create(
+        self, policy: Any, tokenizer: Any, options: EngineOptions, config: Any = None
+    ) -> RolloutEngine:
+        return self.factory(
+            policy, tokenizer, options, config if config is not None else self.config_cls()
+        )
 
 
 class RolloutSession:
@@ -161,4 +178,11 @@ class RolloutSession:
         return self.engine.stats
 
 
-__all__ = ["ATTN_BACKENDS", "AttnBackend", "EngineOptions", "RolloutEngine", "RolloutSession"]
+__all__ = [
+    "ATTN_BACKENDS",
+    "AttnBackend",
+    "EngineOptions",
+    "EngineSpec",
+    "RolloutEngine",
+    "RolloutSession",
+]

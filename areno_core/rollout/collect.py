@@ -66,6 +66,7 @@ def completion_trajectory(
         finish_reason=completion.finish_reason,
         prompt_index=prompt_index,
         sample_index=sample_index,
+        policy_version=completion.policy_version,
     )
 
 
@@ -133,6 +134,7 @@ def rollout_metrics(
     }
     if not trajs:
         return metrics
+    metrics["rollout/policy_version"] = float(min(t.policy_version for t in trajs))
     rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float64)
     lengths = torch.tensor([t.num_action_tokens for t in trajs], dtype=torch.float64)
     metrics.update(

@@ -36,10 +36,11 @@ def draw_seed(generator: torch.Generator | None = None) -> int:
 
 
 def seeded(params: SamplingParams, generator: torch.Generator | None) -> SamplingParams:
-    """``params`` with a seed: its own, else one drawn from ``generator``."""
+    """``params`` with a seed: its own, else one drawn from ``generator`` (greedy decoding
+    draws nothing: it uses no random numbers, so it leaves every random stream as it was)."""
     if params.seed is not None:
         return params
-    return attrs.evolve(params, seed=draw_seed(generator))
+    return attrs.evolve(params, seed=0 if is_greedy(params) else draw_seed(generator))
 
 
 def is_greedy(params: SamplingParams) -> bool:

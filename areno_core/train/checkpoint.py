@@ -34,7 +34,7 @@ import random
 import re
 import secrets
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -454,6 +454,50 @@ def resolve_resume(resume: str, save_root: str | None) -> Path | None:
     )
 
 
+def check_writable_dir(path: str | os.PathLike[str], flag: str) -> None:
+    """Raise :class:`ConfigError` when the directory ``path`` (given as ``flag``) cannot be
+    created or written: a file in its way, or no write permission where it would be made.
+    Creates nothing, so a refused run leaves nothing behind."""
+    target = Path(path).expanduser()
+    probe = target
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "it is a file" if probe == target else f"{str(probe)!r} is a file, not a folder"
+        raise ConfigError(f"{flag} {str(path)!r} cannot be used as a folder: {where}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        action = "written to" if probe == target else "created"
+        raise ConfigError(
+            f"{flag} {str(path)!r} cannot be {action}: no write permission on {str(probe)!r}"
+        )
+
+
+def check_resume_dataset(path: str | os.PathLike[str], rows: Sequence[Any], dataset: str) -> None:
+    """Refuse to resume ``path`` on other training data than the saved run's (another row
+    count, or the same count with other content or order), before any model is loaded.
+    ``dataset`` names the data in the message."""
+    from areno_core.train.datastream import rows_fingerprint
+
+    # mmap: only the small trainer state is read, not the optimizer tensors beside it.
+    state = torch.load(Path(path) / TRAINER_STATE_FILE, mmap=True, weights_only=True)
+    data = state.get("trainer_state", {}).get("data", {})
+    if not isinstance(data, Mapping):
+        return
+    saved = data.get("num_rows")
+    advice = "resume with the same data and loader, or start a new run in another --save-path"
+    if saved is not None and int(saved) != len(rows):
+        raise ConfigError(
+            f"--resume {str(path)!r}: that run trained on {int(saved)} rows, but "
+            f"{dataset} gives {len(rows)} rows (after the loader); {advice}"
+        )
+    saved_print = data.get("fingerprint")
+    if saved_print is not None and saved_print != rows_fingerprint(rows):
+        raise ConfigError(
+            f"--resume {str(path)!r}: {dataset} gives {len(rows)} rows, as many as that run "
+            f"trained on, but not the same rows (after the loader); {advice}"
+        )
+
+
 def read_checkpoint_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The run config saved with a checkpoint (``config.yaml``), as a dict."""
     data = yaml.safe_load((Path(path) / CONFIG_FILE).read_text())
@@ -558,6 +602,9 @@ def load_module_weights(module: nn.Module, directory: str | os.PathLike[str]) ->
     directory = Path(directory)
     target = _unwrap(module)
     weights = read_weights(directory)
+    convert = getattr(target, "convert_saved_weights", None)
+    if convert is not None:  # a module saved in another layout (a ValueModel as a classifier)
+        weights = convert(weights)
     expected = target.state_dict()
     unexpected = sorted(set(weights) - set(expected))
     missing = sorted(k for k in set(expected) - set(weights) if not _is_tied(k, weights, expected))

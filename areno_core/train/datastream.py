@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from areno_core.errors import DatasetError
 
 
 class DataStream:
@@ -55,15 +60,34 @@ class DataStream:
             self._order = None
         return [self.rows[i] for i in picked]
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "offset": self.offset, "num_rows": len(self.rows)}
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """A digest of the rows' content and order: the identity of the training data."""
+        return rows_fingerprint(self.rows)
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "offset": self.offset,
+            "num_rows": len(self.rows),
+            "fingerprint": self.fingerprint,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("num_rows", len(self.rows)) != len(self.rows):
-            raise ValueError(
+            raise DatasetError(
                 f"the checkpoint was taken on a dataset of {state['num_rows']} rows, but this "
                 f"run's dataset has {len(self.rows)}; resume with the same data"
             )
         self.epoch = int(state["epoch"])
         self.offset = int(state["offset"])
         self._order = None
+
+
+def rows_fingerprint(rows: Sequence[Any]) -> str:
+    """SHA-256 of the rows as canonical JSON (values JSON cannot hold are written as text)."""
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(json.dumps(row, sort_keys=True, default=str).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()

@@ -7,6 +7,7 @@ from typing import Any
 
 import attrs
 
+from areno_core.errors import DatasetError
 from areno_core.models.chat import encode_sft_example
 from areno_core.types import Trajectory
 
@@ -29,9 +30,12 @@ def _encode(
     stats: FeaturizeStats,
     tools: Any = None,
 ) -> tuple[list[int], list[int]] | None:
-    ids, mask = encode_sft_example(
-        tokenizer, prompt, response, disable_thinking=disable_thinking, tools=tools or None
-    )
+    try:
+        ids, mask = encode_sft_example(
+            tokenizer, prompt, response, disable_thinking=disable_thinking, tools=tools or None
+        )
+    except DatasetError as exc:
+        raise DatasetError(f"row {stats.rows - 1}: {exc}") from exc
     prompt_len = mask.index(1) if 1 in mask else len(mask)
     if prompt_len > max_prompt_tokens:
         stats.skipped_long_prompts += 1

@@ -17,6 +17,7 @@ import attrs
 import torch
 import torch.nn.functional as F
 
+from areno_core.accel.attention import uses_flash
 from areno_core.models.loading import is_activation_checkpointing
 
 # Share prompts only when that cuts the padded token count of a microbatch by at least this.
@@ -59,6 +60,8 @@ def policy_outputs(
     plan = shared_prefix_plan(batch) if share_prefix and supports_shared_prefix(model) else None
     if plan is not None:
         return _shared_prefix_outputs(model, batch, plan, temperature, need_entropy)
+    if uses_flash(model) and not bool(batch["attention_mask"].all()):
+        return packed_outputs(model, batch, temperature=temperature, need_entropy=need_entropy)
     out = model(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
     )
@@ -87,6 +90,43 @@ def _scored_tokens(
             detached = logp.detach()
             entropy = -(detached.exp() * detached).sum(-1)
     return picked, entropy
+
+
+def packed_outputs(
+    model: Any,
+    batch: dict[str, Any],
+    *,
+    temperature: float = 1.0,
+    need_entropy: bool = False,
+) -> dict[str, torch.Tensor]:
+    """:func:`policy_outputs` without padding: the rows' tokens run as one row ``[1, N]``
+    whose position ids restart at 0 for each row, so no layer computes on padding.
+
+    transformers reads the restarts as sequence boundaries: flash-attn runs them as separate
+    sequences (variable-length kernels), SDPA and eager attention through a block-diagonal
+    mask. Outputs are the same as the padded forward's up to rounding; padding positions are 0.
+    """
+    mask = batch["attention_mask"].bool()
+    ids = batch["input_ids"]
+    flat_ids = ids[mask].unsqueeze(0)
+    positions = (mask.long().cumsum(-1) - 1)[mask].unsqueeze(0)
+    out = model(input_ids=flat_ids, position_ids=positions, use_cache=False)
+    # Each token predicts the next one of the flat row; only predictions inside a row are kept.
+    targets = flat_ids.roll(-1, dims=1)
+    logprobs, entropy = _scored_tokens(out.logits, targets, temperature, need_entropy)
+    slot = torch.full(ids.shape, -1, dtype=torch.long, device=ids.device)
+    slot[mask] = torch.arange(flat_ids.shape[1], device=ids.device)
+    previous = slot[:, :-1].clamp(min=0)  # the flat position that predicts token t (t >= 1)
+    scored = mask[:, 1:]
+
+    def to_rows(values: torch.Tensor) -> torch.Tensor:
+        picked = values[0][previous].masked_fill(~scored, 0.0)
+        return F.pad(picked, (1, 0), value=0.0)
+
+    result = {"logprobs": to_rows(logprobs)}
+    if entropy is not None:
+        result["entropy"] = to_rows(entropy)
+    return result
 
 
 @attrs.frozen

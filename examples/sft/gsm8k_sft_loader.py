@@ -1,7 +1,7 @@
 """SFT loader for GSM8K rows: the question is the prompt, the worked answer the response.
 
     areno train --algo sft --ckpt random:qwen3-tiny \
-      --dataset-path ../shared/data/gsm8k/train.jsonl \
+      --dataset-path data/gsm8k/train.jsonl \
       --dataset-loader-fn examples/sft/gsm8k_sft_loader.py
 """
 

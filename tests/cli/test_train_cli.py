@@ -58,8 +58,8 @@ def test_train_unknown_algo_lists_registered_ones(capsys, toy_registry):
         (["--world-size", "3", "--tp-size", "2"], "--world-size 3 is not divisible by --tp-size 2"),
         (["--batch-size", "0"], "--batch-size must be positive, got 0"),
         (["--mini-bs", "-1"], "--mini-bs must be positive, got -1"),
-        (["--tune-params"], "--tune-params: memory probing (--tune-params) is not available yet"),
-        (["--world-size", "2"], "--world-size 2 / --tp-size 1: multi-device training is not"),
+        (["--tune-params"], "--tune-params tunes rollout concurrency and the batch it feeds"),
+        (["--world-size", "2"], "no installed training backend runs --world-size 2 --tp-size 1"),
         (["--greedy", "--top-k", "5"], "--greedy contradicts --top-k"),
         (["--reward-fn-path", "r.py"], "--reward-fn-path is for online RL algorithms"),
     ],
@@ -103,9 +103,17 @@ def test_plugins_json_lists_plugin_and_registrations(capsys, toy_registry):
     report = json.loads(out)
     by_dist = {p["distribution"]: p for p in report["plugins"]}
     assert set(by_dist) == {"areno-core", "toy-algo-pack"}
-    assert by_dist["areno-core"]["registered"] == {"rollout_engines": ["native"]}
+    assert by_dist["areno-core"]["registered"] == {
+        "rollout_engines": ["native"],
+        "backends": ["local"],
+    }
+    assert by_dist["areno-core"]["options"] == {
+        "rollout engine native": ["prefill_batch_tokens"],
+        "training backend local": ["share_prefix"],
+    }
     plugin = by_dist["toy-algo-pack"]
     assert plugin["registered"] == {"algorithms": ["toy"], "rewards": ["always_one"]}
+    assert plugin["options"] == {"algorithm toy": ["toy_beta"]}
 
 
 def test_plugins_table_with_no_plugins_says_how_to_install(capsys, monkeypatch):
@@ -135,7 +143,7 @@ def test_train_reuses_a_dumped_run_config(capsys, toy_registry, tmp_path):
     cfg = build_config(
         {"algo": "toy", "ckpt": "random:qwen3-tiny", "dataset_path": "a.jsonl", "lr": 3e-5}
     )
-    dump_yaml(cfg, tmp_path / "config.yaml")
+    dump_yaml(cfg.to_dict(), tmp_path / "config.yaml")
     code, out, err = run_cli(
         capsys, "train", "--config", str(tmp_path / "config.yaml"), "--dry-run"
     )

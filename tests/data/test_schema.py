@@ -16,6 +16,7 @@ from areno_core.data.schema import (
     SFT_SCHEMA,
     is_chat_preference_row,
     split_chat_preference,
+    split_preference_rows,
     validate_rows,
 )
 from areno_core.errors import DatasetError
@@ -313,3 +314,59 @@ def test_validate_rows_dpo_text_pair_without_prompt_is_missing_prompt() -> None:
         r"\(str\|list\), rejected \(str\|list\);",
     ):
         validate_rows([{"chosen": "4", "rejected": "5"}], DPO_SCHEMA, algo="dpo")
+
+
+# --- replies that are several messages ---------------------------------------------------------
+
+
+def test_validate_rows_dpo_multi_message_continuation_names_row_and_file() -> None:
+    follow = {"role": "user", "content": "Sure?"}
+    rows = [
+        {"prompt": [USER], "chosen": [GOOD], "rejected": [BAD]},
+        {"prompt": [USER], "chosen": [GOOD, follow, GOOD], "rejected": [BAD]},
+    ]
+    with pytest.raises(
+        DatasetError,
+        match=r"^dpo: dataset row 1 of pairs\.jsonl: key 'chosen' holds 3 message\(s\) with roles "
+        r"'assistant', 'user', 'assistant'; as a chat list, 'chosen' must be exactly one "
+        r"assistant message \(training on several turns after the prompt is not supported\)\.",
+    ):
+        validate_rows(rows, DPO_SCHEMA, algo="dpo", source="pairs.jsonl")
+
+
+def test_validate_rows_sft_reply_with_user_role_is_refused() -> None:
+    with pytest.raises(DatasetError, match=r"^sft: dataset row 0: key 'response' holds 1 message"):
+        validate_rows([{"prompt": "p", "response": [USER]}], SFT_SCHEMA, algo="sft")
+    validate_rows([{"prompt": "p", "response": [GOOD]}], SFT_SCHEMA, algo="sft")
+
+
+def test_split_preference_rows_whole_conversations_split_others_kept() -> None:
+    text_row = {"prompt": "p", "chosen": "c", "rejected": "r"}
+    rows = split_preference_rows(
+        [text_row, {"chosen": [USER, GOOD], "rejected": [USER, BAD]}], algo="dpo"
+    )
+    assert rows == [text_row, {"prompt": [USER], "chosen": [GOOD], "rejected": [BAD]}]
+
+
+def test_split_preference_rows_diverging_early_fails_validation_with_row_and_file() -> None:
+    # A transcript pair that differs before its last turn splits into several-message replies,
+    # which the encoder cannot train on: refused at validation, not at the step that meets it.
+    follow = {"role": "user", "content": "Sure?"}
+    rows = [
+        {"chosen": [USER, GOOD], "rejected": [USER, BAD]},
+        {"chosen": [USER, GOOD, follow, GOOD], "rejected": [USER, BAD, follow, BAD]},
+    ]
+    split = split_preference_rows(rows, algo="dpo", source="hh.jsonl")
+    with pytest.raises(DatasetError, match=r"^dpo: dataset row 1 of hh\.jsonl: key 'chosen' holds"):
+        validate_rows(split, DPO_SCHEMA, algo="dpo", source="hh.jsonl")
+
+
+def test_split_preference_rows_unsplittable_names_row_and_file() -> None:
+    with pytest.raises(
+        DatasetError,
+        match=r"^dpo: dataset row 0 of hh\.jsonl has no 'prompt' and its chosen/rejected chat "
+        r"lists cannot be split into one: 'chosen' and 'rejected' share no opening messages",
+    ):
+        split_preference_rows(
+            [{"chosen": [USER, GOOD], "rejected": [GOOD, BAD]}], algo="dpo", source="hh.jsonl"
+        )

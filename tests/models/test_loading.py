@@ -210,6 +210,21 @@ def test_value_model_save_then_load_keeps_head_and_scores(tmp_path: Path) -> Non
     assert not any(p.requires_grad for p in reloaded.parameters())
 
 
+def test_value_model_saved_weights_load_strictly_into_a_live_value_model(tmp_path: Path) -> None:
+    from areno_core.train.checkpoint import load_module_weights
+
+    model = load_value_model(TINY)
+    model.save_pretrained(tmp_path)  # classifier layout: model.*, score.*
+    other = load_value_model("random:qwen3-tiny?seed=5")  # other weights and head, same shapes
+    mask = torch.ones_like(IDS)
+    assert not torch.equal(other.score_last(IDS, mask), model.score_last(IDS, mask))
+    load_module_weights(other, tmp_path)  # the checkpoint path: backbone.*, head.*
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(other.state_dict()[key], value, rtol=0.0, atol=0.0)
+    renamed = model.convert_saved_weights({"model.norm.weight": IDS, "score.weight": IDS})
+    assert sorted(renamed) == ["backbone.norm.weight", "head.weight"]
+
+
 def test_value_model_from_causal_checkpoint_reuses_backbone(saved_causal: Path) -> None:
     policy = load_model(str(saved_causal))
     critic = load_value_model(str(saved_causal))

@@ -18,6 +18,7 @@ from areno_core.rollout import (
     create_native_engine,
     seeded,
 )
+from areno_core.rollout.native import NativeEngineConfig
 from areno_core.types import Completion, SamplingParams
 
 EOS = 3
@@ -68,8 +69,15 @@ def prompts() -> list[list[int]]:
     return [torch.randint(4, VOCAB, (n,), generator=gen).tolist() for n in PROMPT_LENGTHS]
 
 
-def _engine(model: torch.nn.Module, **options: object) -> NativeEngine:
-    return NativeEngine(model, [EOS], EngineOptions(attn_backend="native", **options))  # type: ignore[arg-type]
+def _engine(
+    model: torch.nn.Module, *, prefill_batch_tokens: int = 16384, **options: object
+) -> NativeEngine:
+    return NativeEngine(
+        model,
+        [EOS],
+        EngineOptions(attn_backend="native", **options),  # type: ignore[arg-type]
+        NativeEngineConfig(prefill_batch_tokens=prefill_batch_tokens),
+    )
 
 
 def _tokens(groups: list[list[Completion]]) -> list[list[tuple[int, ...]]]:
@@ -312,12 +320,14 @@ def test_attn_backend_flash_without_gpu_falls_back_with_one_warning(
 
 
 def test_engine_options_invalid_values_raise_value_error() -> None:
-    with pytest.raises(ValueError, match="max_running"):
+    with pytest.raises(ValueError, match="--max-running must be >= 1, got 0"):
         EngineOptions(max_running=0)
-    with pytest.raises(ValueError, match="attn_backend"):
+    with pytest.raises(ValueError, match="--attn-backend must be one of flash, native"):
         EngineOptions(attn_backend="triton")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="max_prompt_tokens"):
+    with pytest.raises(ValueError, match="--max-prompt-tokens must be >= 1, got 0"):
         EngineOptions(max_prompt_tokens=0)
+    with pytest.raises(ValueError, match="--prefill-batch-tokens must be >= 1, got 0"):
+        NativeEngineConfig(prefill_batch_tokens=0)
 
 
 def test_create_native_engine_with_tokenizer_decodes_text_and_uses_its_eos(
@@ -355,3 +365,23 @@ def test_generate_cache_grows_no_further_than_the_remaining_token_budget(
     # Admitting in waves (prompts still waiting) keeps slack, and gives the same tokens.
     waves = _engine(model, max_running=3).generate(prompts, sampling)
     assert _tokens(waves) == _tokens(out)
+
+
+def test_probe_memory_builds_the_cache_of_a_whole_row_without_touching_stats(
+    model: Qwen3ForCausalLM,
+) -> None:
+    engine = _engine(model)
+    with RolloutSession(engine, drop_state=False):
+        before = dict(engine.stats)
+        engine.probe_memory(
+            12, prompt_tokens=10, context_tokens=300, sampling=SamplingParams(top_p=0.9), n=4
+        )
+        assert engine.stats == before
+    store = engine._store
+    assert store is not None and (store.rows, store.cols) == (12, 300)
+    # 12 rows x 300 columns x 2 layers x (keys, values) x 2 kv heads x 16 dims x 4 bytes,
+    # plus the 12 x 300 boolean mask.
+    assert engine.state_bytes == 12 * 300 * 2 * 2 * 2 * 16 * 4 + 12 * 300
+    assert engine.options.max_running is None  # the probe's concurrency was temporary
+    with pytest.raises(ValueError, match="must be >= 1"):
+        engine.probe_memory(0, prompt_tokens=10, context_tokens=300, sampling=SamplingParams())

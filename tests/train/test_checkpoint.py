@@ -23,6 +23,7 @@ from transformers import (
 
 from areno_core.errors import ConfigError
 from areno_core.train.checkpoint import (
+    check_writable_dir,
     find_latest_checkpoint,
     load_checkpoint,
     read_checkpoint_config,
@@ -365,3 +366,28 @@ def test_resolve_resume_plain_model_dir_suggests_ckpt(tmp_path: Path) -> None:
     _tiny_model(seed=0).save_pretrained(tmp_path / "hf")
     with pytest.raises(ConfigError, match="areno_checkpoint.json is missing.*pass it as --ckpt"):
         resolve_resume(str(tmp_path / "hf"), None)
+
+
+def test_check_writable_dir_missing_folders_are_fine_and_nothing_is_created(tmp_path):
+    check_writable_dir(tmp_path / "a" / "b", "--save-path")
+    check_writable_dir(tmp_path, "--save-path")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_writable_dir_file_in_the_way_is_named(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError, match=r"^--save-path '.*/f' cannot be used as a folder: it is"):
+        check_writable_dir(tmp_path / "f", "--save-path")
+    with pytest.raises(ConfigError, match=r"cannot be used as a folder: '.*/f' is a file, not a"):
+        check_writable_dir(tmp_path / "f" / "g" / "h", "--metrics-log-dir")
+
+
+def test_check_writable_dir_without_permission_names_the_folder(tmp_path, monkeypatch):
+    # Root may write anywhere, so the permission answer is stubbed.
+    monkeypatch.setattr("areno_core.train.checkpoint.os.access", lambda path, mode: False)
+    with pytest.raises(
+        ConfigError,
+        match=rf"^--save-path '{tmp_path}/new' cannot be created: no write permission on "
+        rf"'{tmp_path}'$",
+    ):
+        check_writable_dir(tmp_path / "new", "--save-path")

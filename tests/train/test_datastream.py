@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from areno_core.errors import DatasetError
 from areno_core.train.datastream import DataStream
 
 
@@ -34,5 +35,5 @@ def test_stream_resumed_from_state_continues_identically_across_epoch_boundary()
 
 def test_stream_state_from_other_dataset_size_is_rejected():
     stream = DataStream(list(range(5)), 2, seed=0, epochs=1)
-    with pytest.raises(ValueError, match="dataset of 7 rows, but this run's dataset has 5"):
+    with pytest.raises(DatasetError, match="dataset of 7 rows, but this run's dataset has 5"):
         stream.load_state_dict({"epoch": 0, "offset": 2, "num_rows": 7})

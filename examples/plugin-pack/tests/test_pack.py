@@ -110,7 +110,7 @@ def test_echo_recipe_resolves_defaults_explicit_flag_wins(pack_registry):
         "mypack_echo",
         "mypack_echo",
     )
-    assert (cfg.n_samples, cfg.clip_eps) == (4, 0.2)
+    assert (cfg.n_samples, resolved.algorithm_config.clip_eps) == (4, 0.2)
     assert cfg.lr == 5e-4  # the explicit option, not the recipe's 1e-3
 
 

@@ -29,14 +29,13 @@ How the core combines stats across microbatches
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
 import torch
 
 from areno_core.algorithm import RowSchema
-from areno_core.errors import ConfigError
+from areno_core.options import option
 
 Tensor = torch.Tensor
 Normaliser = float | Tensor
@@ -306,67 +305,16 @@ def require(batch: Mapping[str, Any], keys: Sequence[str], algo: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Config validators (attrs); messages name the run option and its CLI flag
+# Options shared by several algorithms
 # --------------------------------------------------------------------------------------------
-
-Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
-
-
-def _flag(name: str) -> str:
-    return f"{name} (--{name.replace('_', '-')})"
-
-
-def number(
-    *,
-    min: float | None = None,
-    max: float | None = None,
-    min_inclusive: bool = True,
-    optional: bool = False,
-) -> Validator:
-    """Validator: a real number (not a bool) within the given bounds; ``None`` if ``optional``."""
-
-    def check(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is None and optional:
-            return
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{_flag(attribute.name)} must be a number, got {value!r}")
-        if min is not None and (value < min if min_inclusive else value <= min):
-            op = ">=" if min_inclusive else ">"
-            raise ConfigError(f"{_flag(attribute.name)} must be {op} {min}, got {value!r}")
-        if max is not None and value > max:
-            raise ConfigError(f"{_flag(attribute.name)} must be <= {max}, got {value!r}")
-
-    return check
-
-
-def boolean(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    """Validator: a real bool."""
-    if not isinstance(value, bool):
-        raise ConfigError(f"{_flag(attribute.name)} must be true or false, got {value!r}")
-
-
-def one_of(choices: Sequence[str], *, optional: bool = False) -> Validator:
-    """Validator: one of ``choices`` (or ``None`` if ``optional``)."""
-
-    def check(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is None and optional:
-            return
-        if value not in choices:
-            raise ConfigError(
-                f"{_flag(attribute.name)}: {value!r} is not supported; "
-                f"choose one of: {', '.join(choices)}"
-            )
-
-    return check
 
 
 def loss_agg_field(default_mode: str) -> Any:
-    """The ``loss_agg`` option every online algorithm reads."""
-    return attrs.field(
-        default=None,
-        validator=one_of(LOSS_AGG_MODES, optional=True),
-        metadata={
-            "help": "Loss aggregation: token-mean, seq-mean-token-mean or seq-mean-token-sum. "
-            f"Default for this algorithm: {default_mode}."
-        },
+    """The ``loss_agg`` option every online algorithm reads (unset: ``default_mode``)."""
+    return option(
+        None,
+        "How token losses are averaged: token-mean, seq-mean-token-mean or "
+        f"seq-mean-token-sum (this algorithm's default: {default_mode}).",
+        choices=LOSS_AGG_MODES,
+        default_text=default_mode,
     )

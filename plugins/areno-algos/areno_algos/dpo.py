@@ -13,7 +13,9 @@ For a pair, with ``p`` the policy's and ``r`` the reference's summed response lo
     reward(answer) = beta * (p - r)
     loss           = -log sigmoid(reward(chosen) - reward(rejected))
 
-averaged over the pairs of the accumulation group (``group_sequences / 2`` of them).
+averaged over the pairs of the accumulation group (``group_sequences / 2`` of them). The reward
+accuracy counts the pairs whose margin is positive; a tie (a margin within float rounding, as at
+step 0 when the reference is the initial policy) counts as 0.
 """
 
 from __future__ import annotations
@@ -25,22 +27,39 @@ import attrs
 import torch
 import torch.nn.functional as F
 
-from areno_algos.common import masked_sum, number
+from areno_algos.common import masked_sum
 from areno_core.algorithm import AlgorithmSpec, RowSchema
+from areno_core.options import option
+from areno_core.validators import number
 
 
 @attrs.frozen
 class DPOConfig:
-    dpo_beta: float = attrs.field(
-        default=0.1,
+    dpo_beta: float = option(
+        0.1,
+        "DPO temperature β on the preference margin.",
         validator=number(min=0.0, min_inclusive=False),
-        metadata={"help": "DPO preference margin temperature."},
     )
+
+
+# The policy and the reference score the same tokens in differently composed microbatches, so
+# at step 0 (policy == reference) their summed log-probabilities still differ in the last float32
+# bits. A margin within that rounding is a tie, and a tie is not a correctly ordered pair.
+TIE_RTOL = 16 * torch.finfo(torch.float32).eps
 
 
 def sequence_logprobs(logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Summed log-probability of each row's response tokens. ``[B, T] -> [B]``."""
     return masked_sum(logprobs, mask, dim=-1)
+
+
+def pair_correct(margin: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """1 for each pair whose margin is positive beyond float rounding, else 0 (ties count 0).
+
+    ``scale`` is the magnitude the margin was computed from (``beta`` times the sum of the four
+    absolute log-probabilities of the pair); a margin of at most ``TIE_RTOL * scale`` is a tie.
+    """
+    return (margin > TIE_RTOL * scale).to(margin.dtype)
 
 
 def dpo_loss(
@@ -58,6 +77,8 @@ def dpo_loss(
     reward = config.dpo_beta * (policy - ref)
     chosen, rejected = reward[0::2], reward[1::2]
     margin = chosen - rejected
+    magnitude = config.dpo_beta * (policy.abs() + ref.abs()).detach()
+    scale = magnitude[0::2] + magnitude[1::2]
     pairs = batch["group_sequences"] / 2
 
     loss = -F.logsigmoid(margin).sum() / pairs
@@ -70,7 +91,7 @@ def dpo_loss(
         "train/rewards/chosen": share(chosen),
         "train/rewards/rejected": share(rejected),
         "train/rewards/margin": share(margin),
-        "train/rewards/accuracy": share((margin > 0).to(margin.dtype)),
+        "train/rewards/accuracy": share(pair_correct(margin.detach(), scale)),
         "train/logps/chosen": share(policy[0::2]),
         "train/logps/rejected": share(policy[1::2]),
     }

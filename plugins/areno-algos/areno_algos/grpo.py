@@ -23,38 +23,38 @@ import torch
 from areno_algos.common import (
     ONLINE_ROW_SCHEMA,
     aggregate_loss,
-    boolean,
     broadcast_over_tokens,
     clipped_surrogate,
     group_normalized_rewards,
     importance_ratio,
     loss_agg_field,
-    number,
     policy_stats,
     require,
     token_share,
 )
 from areno_core.algorithm import AlgorithmSpec
+from areno_core.options import option
+from areno_core.validators import boolean, number
 
 DEFAULT_LOSS_AGG = "token-mean"
 
 
 @attrs.frozen
 class GRPOConfig:
-    grpo_clip_eps: float = attrs.field(
-        default=0.2,
+    grpo_clip_eps: float = option(
+        0.2, "GRPO clip on the token ratio (the lower side of the band).", validator=number(min=0.0)
+    )
+    grpo_clip_eps_high: float | None = option(
+        None,
+        "GRPO upper clip on the token ratio (DAPO's clip-higher).",
         validator=number(min=0.0),
-        metadata={"help": "GRPO token-ratio clipping epsilon (lower side, and upper by default)."},
+        default_text="--grpo-clip-eps",
     )
-    grpo_clip_eps_high: float | None = attrs.field(
-        default=None,
-        validator=number(min=0.0, optional=True),
-        metadata={"help": "Upper clipping epsilon (DAPO clip-higher); unset: grpo_clip_eps."},
-    )
-    scale_rewards: bool = attrs.field(
-        default=True,
+    scale_rewards: bool = option(
+        True,
+        "GRPO: divide group-centred rewards by the group's reward std.",
         validator=boolean,
-        metadata={"help": "Divide group-centred rewards by the group's reward std."},
+        negatable=True,
     )
     loss_agg: str | None = loss_agg_field(DEFAULT_LOSS_AGG)
 
@@ -103,4 +103,5 @@ SPEC = AlgorithmSpec(
     config_cls=GRPOConfig,
     loss=grpo_loss,
     advantages=grpo_advantages,
+    needs_groups=True,
 )

@@ -36,26 +36,23 @@ from areno_algos.common import (
     masked_max,
     masked_mean,
     masked_min,
-    number,
     require,
     token_share,
 )
 from areno_core.algorithm import AlgorithmSpec
+from areno_core.options import option
+from areno_core.validators import number
 
 DEFAULT_LOSS_AGG = "seq-mean-token-mean"
 
 
 @attrs.frozen
 class GSPOConfig:
-    gspo_clip_eps: float = attrs.field(
-        default=3e-4,
-        validator=number(min=0.0),
-        metadata={"help": "GSPO sequence-ratio clipping epsilon (lower side of the band)."},
+    gspo_clip_eps: float = option(
+        3e-4, "GSPO lower clip on the sequence ratio.", validator=number(min=0.0)
     )
-    gspo_clip_eps_high: float = attrs.field(
-        default=4e-4,
-        validator=number(min=0.0),
-        metadata={"help": "GSPO sequence-ratio clipping epsilon (upper side of the band)."},
+    gspo_clip_eps_high: float = option(
+        4e-4, "GSPO upper clip on the sequence ratio.", validator=number(min=0.0)
     )
     loss_agg: str | None = loss_agg_field(DEFAULT_LOSS_AGG)
 
@@ -117,4 +114,5 @@ SPEC = AlgorithmSpec(
     config_cls=GSPOConfig,
     loss=gspo_loss,
     advantages=gspo_advantages,
+    needs_groups=True,
 )

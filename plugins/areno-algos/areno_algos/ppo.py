@@ -51,7 +51,6 @@ from areno_algos.common import (
     KL_TYPES,
     ONLINE_ROW_SCHEMA,
     aggregate_loss,
-    boolean,
     broadcast_over_tokens,
     clipped_surrogate,
     dual_clip,
@@ -61,49 +60,40 @@ from areno_algos.common import (
     masked_mean,
     masked_var,
     masked_whiten,
-    number,
-    one_of,
     policy_stats,
     require,
     token_share,
 )
 from areno_core.algorithm import AlgorithmSpec
+from areno_core.options import option
+from areno_core.validators import boolean, number
 
 DEFAULT_LOSS_AGG = "token-mean"
 
 
 @attrs.frozen
 class PPOConfig:
-    clip_eps: float = attrs.field(
-        default=0.2, validator=number(min=0.0), metadata={"help": "PPO policy clipping epsilon."}
+    clip_eps: float = option(
+        0.2, "RLOO and PPO: clip on the token ratio.", validator=number(min=0.0)
     )
-    clip_ratio_c: float = attrs.field(
-        default=3.0,
+    clip_ratio_c: float = option(
+        3.0,
+        "PPO dual-clip bound c (> 1): a negative-advantage token's loss is at most c·|A|.",
         validator=number(min=1.0, min_inclusive=False),
-        metadata={"help": "Dual-clip bound: a negative-advantage token's loss is at most c*|A|."},
     )
-    value_clip_eps: float = attrs.field(
-        default=0.5, validator=number(min=0.0), metadata={"help": "PPO value clipping epsilon."}
+    value_clip_eps: float = option(0.5, "PPO value clipping range.", validator=number(min=0.0))
+    value_loss_coef: float = option(0.5, "PPO value loss weight.", validator=number(min=0.0))
+    gamma: float = option(1.0, "PPO discount for GAE.", validator=number(min=0.0, max=1.0))
+    lam: float = option(0.95, "PPO GAE lambda.", validator=number(min=0.0, max=1.0))
+    use_kl_loss: bool = option(
+        True,
+        "PPO: add a KL loss against the reference model.",
+        validator=boolean,
+        negatable=True,
     )
-    value_loss_coef: float = attrs.field(
-        default=0.5, validator=number(min=0.0), metadata={"help": "PPO value loss coefficient."}
-    )
-    gamma: float = attrs.field(
-        default=1.0, validator=number(min=0.0, max=1.0), metadata={"help": "GAE discount."}
-    )
-    lam: float = attrs.field(
-        default=0.95, validator=number(min=0.0, max=1.0), metadata={"help": "GAE lambda."}
-    )
-    use_kl_loss: bool = attrs.field(
-        default=True, validator=boolean, metadata={"help": "Add a KL loss against the reference."}
-    )
-    kl_loss_coef: float = attrs.field(
-        default=0.001, validator=number(min=0.0), metadata={"help": "KL loss coefficient."}
-    )
-    kl_loss_type: str = attrs.field(
-        default="low_var_kl",
-        validator=one_of(KL_TYPES),
-        metadata={"help": "KL estimator: k1, k2, k3 or low_var_kl (the same as k3)."},
+    kl_loss_coef: float = option(0.001, "PPO KL loss weight.", validator=number(min=0.0))
+    kl_loss_type: str = option(
+        "low_var_kl", "PPO KL estimator (low_var_kl is k3).", choices=KL_TYPES
     )
     loss_agg: str | None = loss_agg_field(DEFAULT_LOSS_AGG)
 
@@ -233,5 +223,6 @@ SPEC = AlgorithmSpec(
     advantages=ppo_advantages,
     roles=frozenset({"critic"}),
     optional_roles=frozenset({"reference", "reward_model"}),
+    wants_reference=lambda config: config.use_kl_loss,
     needs_values=True,
 )

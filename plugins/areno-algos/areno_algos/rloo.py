@@ -27,22 +27,21 @@ from areno_algos.common import (
     importance_ratio,
     leave_one_out_advantages,
     loss_agg_field,
-    number,
     policy_stats,
     require,
     token_share,
 )
 from areno_core.algorithm import AlgorithmSpec
+from areno_core.options import option
+from areno_core.validators import number
 
 DEFAULT_LOSS_AGG = "token-mean"
 
 
 @attrs.frozen
 class RLOOConfig:
-    clip_eps: float = attrs.field(
-        default=0.2,
-        validator=number(min=0.0),
-        metadata={"help": "Token-ratio clipping epsilon."},
+    clip_eps: float = option(
+        0.2, "RLOO and PPO: clip on the token ratio.", validator=number(min=0.0)
     )
     loss_agg: str | None = loss_agg_field(DEFAULT_LOSS_AGG)
 
@@ -81,4 +80,5 @@ SPEC = AlgorithmSpec(
     config_cls=RLOOConfig,
     loss=rloo_loss,
     advantages=rloo_advantages,
+    needs_groups=True,
 )

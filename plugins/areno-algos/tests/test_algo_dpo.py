@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from areno_algos.dpo import DPOConfig, dpo_loss
+from areno_algos.dpo import TIE_RTOL, DPOConfig, dpo_loss, pair_correct
 
 F64 = torch.float64
 TOL = {"atol": 1e-12, "rtol": 1e-10}
@@ -101,3 +101,27 @@ def test_dpo_loss_split_by_pairs_same_loss_grad_and_stats(check_split) -> None:
     outputs = {"logprobs": -torch.rand(6, 5, generator=gen, dtype=F64)}
     check_split(dpo_loss, outputs, batch, DPOConfig(), [2])
     check_split(dpo_loss, outputs, batch, DPOConfig(), [2, 4])
+
+
+def test_pair_correct_ties_and_rounding_count_zero() -> None:
+    margin = torch.tensor([0.0, 1e-5, -1e-5, 1e-3, -0.2], dtype=F64)
+    scale = torch.full((5,), 40.0, dtype=F64)  # beta 0.1 x four log-probabilities near -100
+    # rounding bound: 16 * 2**-23 * 40 = 7.63e-5
+    assert TIE_RTOL == 16 * 2.0**-23 and 16 * 2.0**-23 * 40.0 == 7.62939453125e-05
+    torch.testing.assert_close(
+        pair_correct(margin, scale), torch.tensor([0.0, 0.0, 0.0, 1.0, 0.0], dtype=F64), **TOL
+    )
+
+
+def test_dpo_loss_policy_equal_to_reference_up_to_rounding_accuracy_zero() -> None:
+    # Step 0: the reference is the policy; float32 rounding of the summed log-probabilities
+    # (one ulp of 100 is 7.6e-6) makes some margins +-1.5e-6 instead of 0. None is "correct".
+    ref = torch.full((4, 3), -50.0, dtype=torch.float32)
+    ref[:, 0] = 0.0
+    policy = ref.clone()
+    policy[0, 1] += 7.62939453125e-06  # chosen of pair 0 one ulp up
+    policy[3, 2] -= 7.62939453125e-06  # rejected of pair 1 one ulp down
+    batch = {**_batch(), "loss_mask": MASK.float(), "ref_logprobs": ref}
+    _, stats = dpo_loss({"logprobs": policy}, batch, DPOConfig())
+    assert float(stats["train/rewards/margin"]) > 0
+    assert float(stats["train/rewards/accuracy"]) == 0.0

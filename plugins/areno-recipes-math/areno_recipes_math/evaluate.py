@@ -1,4 +1,4 @@
-"""Held-out accuracy of a checkpoint: greedy decoding with the native engine, then a reward.
+"""Held-out accuracy of a checkpoint: greedy decoding with a rollout engine, then a reward.
 
     python -m areno_recipes_math.evaluate --ckpt runs/arith-gspo \\
         --dataset resource:areno_recipes_math/data/arith_eval.jsonl
@@ -11,7 +11,9 @@ checkpoint. With ``--all-steps`` the checkpoint is a run's
 (``exact_match`` by default; ``math_verify`` for word problems) gives it at least 1.0. The
 loader (``arith`` by default) turns dataset rows into prompts with answers, exactly as in
 training, so any RL dataset with a registered or file loader can be evaluated the same way.
-Greedy decoding makes the number deterministic for a given checkpoint and dataset.
+Greedy decoding makes the number deterministic for a given checkpoint and dataset. The engine
+is any registered rollout engine (``--engine``, default ``native``), used through a rollout
+session exactly as ``areno train`` uses it.
 """
 
 from __future__ import annotations
@@ -83,26 +85,26 @@ def evaluate_model(
     reward_fn: Any,
     max_new_tokens: int = 8,
     max_running: int = 256,
+    engine: str = "native",
+    registry: Any = None,
 ) -> EvalResult:
-    """Greedy completions of every row's prompt, scored by ``reward_fn``."""
+    """Greedy completions of every row's prompt by the registered rollout engine ``engine``,
+    scored by ``reward_fn``."""
+    from areno_core.registry import get_registry
     from areno_core.rewards import RewardScorer
-    from areno_core.rollout.base import EngineOptions
+    from areno_core.rollout.base import EngineOptions, RolloutSession
     from areno_core.rollout.collect import encode_items, prompt_item
-    from areno_core.rollout.native import NativeEngine
     from areno_core.types import RewardRecord, SamplingParams
 
+    registry = registry or get_registry()
     items = [prompt_item(i, dict(row)) for i, row in enumerate(rows)]
-    engine = NativeEngine(
+    rollout = registry.engine(engine).create(
         model, tokenizer, EngineOptions(max_running=max_running, attn_backend="native")
     )
     prompts = encode_items(items, tokenizer, disable_thinking=False)
-    engine.start_session()
-    try:
-        outputs = engine.generate(
-            prompts, SamplingParams(max_new_tokens=max_new_tokens, greedy=True), n=1
-        )
-    finally:
-        engine.end_session(drop_state=True)
+    greedy = SamplingParams(max_new_tokens=max_new_tokens, greedy=True, seed=0)
+    with RolloutSession(rollout, drop_state=True) as session:
+        outputs = session.generate(prompts, greedy, n=1)
     records, texts = [], []
     for item, prompt_ids, completions in zip(items, prompts, outputs, strict=True):
         text = completions[0].text if completions else ""
@@ -137,6 +139,7 @@ def evaluate(
     limit: int | None = None,
     max_new_tokens: int = 8,
     device: str = "cpu",
+    engine: str = "native",
 ) -> EvalResult:
     """Load ``ckpt`` and evaluate it on ``dataset`` (see the module docstring)."""
     import torch
@@ -150,7 +153,12 @@ def evaluate(
     model, tokenizer = load_model_and_tokenizer(resolve_checkpoint(ckpt), device=device)
     with torch.no_grad():
         return evaluate_model(
-            model, tokenizer, rows, reward_fn=reward_fn, max_new_tokens=max_new_tokens
+            model,
+            tokenizer,
+            rows,
+            reward_fn=reward_fn,
+            max_new_tokens=max_new_tokens,
+            engine=engine,
         )
 
 
@@ -180,6 +188,7 @@ def evaluate_run(
     limit: int | None = None,
     max_new_tokens: int = 8,
     device: str = "cpu",
+    engine: str = "native",
 ) -> list[tuple[int, float]]:
     """``(step, accuracy)`` for the start and every saved checkpoint of a run."""
     return [
@@ -193,6 +202,7 @@ def evaluate_run(
                 limit=limit,
                 max_new_tokens=max_new_tokens,
                 device=device,
+                engine=engine,
             ).accuracy,
         )
         for step, path in run_checkpoints(run)
@@ -215,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N rows only")
     parser.add_argument("--max-new-tokens", type=int, default=8)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--engine", default="native", help="registered rollout engine")
     parser.add_argument("--show", type=int, default=0, help="print the first N samples")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.add_argument(
@@ -236,6 +247,7 @@ def main(argv: list[str] | None = None) -> None:
             limit=args.limit,
             max_new_tokens=args.max_new_tokens,
             device=args.device,
+            engine=args.engine,
         )
         for step, accuracy in points:
             note = "  (the run's starting checkpoint)" if step == 0 else ""
@@ -262,6 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         limit=args.limit,
         max_new_tokens=args.max_new_tokens,
         device=args.device,
+        engine=args.engine,
     )
     if args.json:
         summary = {"accuracy": result.accuracy, "correct": result.correct, "total": result.total}

@@ -88,7 +88,8 @@ ARITH = Recipe(
     expected_metrics={
         "eval/accuracy": (
             "greedy exact-match on the 500 held-out problems: 0.240 at step 0 (the warm start), "
-            "0.478 (gspo) and 0.490 (grpo) at step 500 (measured)"
+            "0.474 (gspo) and 0.490 (grpo, an earlier commit) at step 500 (measured with 2 "
+            "threads; another thread count or CPU moves it by a few problems)"
         ),
         "rollout/reward_mean": (
             "exact-match rate of the samples (temperature 1): about 0.17 over the first steps, "
@@ -118,7 +119,7 @@ ARITH = Recipe(
             "eval/accuracy",
             threshold=0.40,
             after_step=500,
-            description="held-out accuracy at the end; measured 0.478 (gspo), 0.490 (grpo), "
+            description="held-out accuracy at the end; measured 0.474 (gspo), 0.490 (grpo), "
             "from 0.240",
         ),
         Gate("checkpoint_loadable", after_step=500, description="the final policy loads"),
@@ -127,7 +128,7 @@ ARITH = Recipe(
         "Prompts are plain text such as '47+89=' and the completion is the number, then EOS. "
         "It starts from the shipped SFT warm start (see math/arith-sft), which solves 24.0% of "
         "the 500 held-out problems greedily; 500 steps (measured 2.5-3.5 min on 2 busy CPU "
-        "cores) bring that to 47.8% with gspo and 49.0% with grpo. The run logs it as "
+        "cores) bring that to 47.4% with gspo and 49.0% with grpo. The run logs it as "
         "eval/accuracy every 100 steps; `python -m areno_recipes_math.evaluate --ckpt "
         "<save-path>` measures any checkpoint."
     ),

@@ -18,15 +18,15 @@ from areno_recipes_math.reward import math_verify_reward_fn
 from areno_core.errors import DatasetError
 from areno_core.types import RewardRecord
 
-GSM8K_TRAIN = (
-    Path(__file__).resolve().parents[3].parent / "shared" / "data" / "gsm8k" / "train.jsonl"
-)
+GSM8K_TRAIN = Path(__file__).resolve().parents[3] / "data" / "gsm8k" / "train.jsonl"
 
 
 @pytest.fixture(scope="module")
 def gsm8k_rows() -> list[dict]:
     if not GSM8K_TRAIN.is_file():
-        pytest.fail(f"GSM8K rows are missing at {GSM8K_TRAIN}; the shared data folder is required")
+        pytest.fail(
+            f"GSM8K rows are missing at {GSM8K_TRAIN}; they ship in the repository's data/gsm8k"
+        )
     with GSM8K_TRAIN.open() as f:
         return [json.loads(next(f)) for _ in range(200)]
 

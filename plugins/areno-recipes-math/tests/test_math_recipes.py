@@ -16,9 +16,7 @@ from areno_core.recipe import resolve_resource
 from areno_core.registry import get_registry
 from areno_core.testing import run_areno
 
-GSM8K_TRAIN = (
-    Path(__file__).resolve().parents[3].parent / "shared" / "data" / "gsm8k" / "train.jsonl"
-)
+GSM8K_TRAIN = Path(__file__).resolve().parents[3] / "data" / "gsm8k" / "train.jsonl"
 
 # Greedy accuracy of the shipped warm start on the first 200 held-out problems (deterministic;
 # the full 500-problem number is in the README).

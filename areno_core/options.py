@@ -1,0 +1,349 @@
+"""Run options: how they are declared, and the table of every option a run can take.
+
+An option is an attrs field whose metadata holds its help text, declared with :func:`option`.
+The core declares its own options in :mod:`areno_core.config`; an algorithm, a rollout engine
+or a training backend declares its own in the ``config_cls`` of its spec, and nowhere else::
+
+    @attrs.frozen
+    class MyAlgoConfig:
+        my_beta: float = option(0.1, "Temperature of my loss.", validator=number(min=0.0))
+
+:class:`OptionTable` collects the core's sections and every installed plugin's config classes.
+``areno train --help``, ``--config`` YAML, recipes and the generated reference (docs/cli.md)
+are all built from it, so a plugin's options become flags without any change to the core.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import cattrs
+
+from areno_core.errors import ConfigError, PluginError, did_you_mean
+from areno_core.validators import Validator, flag, one_of
+
+if TYPE_CHECKING:
+    from areno_core.registry import Registry
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    validator: Validator | list[Validator] | None = None,
+    choices: tuple[str, ...] | None = None,
+    negatable: bool = False,
+    metavar: str | None = None,
+    default_text: str | None = None,
+) -> Any:
+    """Declare one run option as an attrs field. ``help`` is its only documentation.
+
+    ``choices`` restricts a text option (checked, and listed in ``--help``); ``negatable``
+    gives a bool option a ``--no-...`` form (use it for options that default to true);
+    ``default_text`` replaces the default in help when the real default is computed.
+    """
+    validators = list(validator) if isinstance(validator, list) else [validator]
+    validators = [v for v in validators if v is not None]
+    if choices is not None:
+        validators.append(one_of(choices))
+    return attrs.field(
+        default=default,
+        validator=validators or None,
+        metadata={
+            "help": help,
+            "choices": choices,
+            "negatable": negatable,
+            "metavar": metavar,
+            "default_text": default_text,
+        },
+    )
+
+
+# -- types ------------------------------------------------------------------------------------
+
+_TYPES: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str}
+
+
+def base_type(field: attrs.Attribute[Any]) -> type:
+    """The value type of an option field (``int | None`` -> ``int``)."""
+    text = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", "")
+    text = str(text or field.type)
+    for name, typ in _TYPES.items():
+        if text.startswith(name):
+            return typ
+    raise TypeError(
+        f"option {field.name!r} has type {field.type!r}; options are bool, int, float or str "
+        "(optionally '| None')"
+    )
+
+
+def allows_none(field: attrs.Attribute[Any]) -> bool:
+    return "None" in str(field.type)
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def coerce_value(field: attrs.Attribute[Any], value: Any) -> Any:
+    """Convert a YAML/CLI value to the option's declared type; errors name the option."""
+    if value is None:
+        if not allows_none(field):
+            raise ConfigError(f"{flag(field.name)} cannot be empty (null)")
+        return None
+    target = base_type(field)
+    try:
+        if target is bool and not isinstance(value, bool):
+            raise TypeError
+        if target is int and isinstance(value, float) and not value.is_integer():
+            raise TypeError
+        if target in (int, float) and isinstance(value, bool):
+            raise TypeError
+        return _converter.structure(value, target)
+    except Exception as exc:
+        raise ConfigError(f"{flag(field.name)} expects {target.__name__}, got {value!r}") from exc
+
+
+def normalize_key(key: str) -> str:
+    """``--mini-bs``, ``mini-bs`` and ``mini_bs`` all name the option ``mini_bs``."""
+    return key.strip().lstrip("-").replace("-", "_")
+
+
+def make_options(cls: type, values: Any) -> Any:
+    """An instance of the options class ``cls`` from a mapping or an object of run options:
+    each field the class declares is read when present (others keep their defaults)."""
+    picked: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        if isinstance(values, Mapping):
+            if field.name in values:
+                picked[field.name] = values[field.name]
+        elif hasattr(values, field.name):
+            picked[field.name] = getattr(values, field.name)
+    return cls(**picked)
+
+
+def check_config_class(cls: type, where: str) -> None:
+    """Raise :class:`PluginError` unless ``cls`` is a valid options class for ``where``."""
+    if not attrs.has(cls):
+        raise PluginError(f"{where}: config_cls must be an attrs class, got {cls!r}")
+    for field in attrs.fields(cls):
+        what = f"{where}: option {field.name!r}"
+        if field.default is attrs.NOTHING:
+            raise PluginError(f"{what} needs a default value")
+        if not str(field.metadata.get("help", "")).strip():
+            raise PluginError(f"{what} has no help text (declare it with areno_core.option())")
+        try:
+            base_type(field)
+        except TypeError as exc:
+            raise PluginError(f"{where}: {exc}") from exc
+
+
+# -- the table --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Owner:
+    """An algorithm, rollout engine or training backend that declares options."""
+
+    kind: str  # "algorithm" | "rollout engine" | "training backend"
+    name: str
+    distribution: str
+    summary: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.name} ({self.distribution})"
+
+
+@attrs.frozen
+class Section:
+    """A group of options as ``--help`` and docs/cli.md show it."""
+
+    key: str
+    title: str
+    doc: str
+    fields: tuple[attrs.Attribute[Any], ...]
+    owner: Owner | None = None
+
+
+@attrs.frozen
+class Declared:
+    """One option name: its field (the first declaration) and who declares it."""
+
+    field: attrs.Attribute[Any]
+    section: str
+    owners: tuple[Owner, ...] = ()
+
+    @property
+    def core(self) -> bool:
+        return not self.owners
+
+
+# Owner kinds, the registry kind that holds their specs, and the core section they follow.
+OWNER_KINDS: tuple[tuple[str, str, str], ...] = (
+    ("rollout engine", "rollout_engines", "rollout"),
+    ("training backend", "backends", "train"),
+    ("algorithm", "algorithms", "train"),
+)
+
+
+class OptionTable:
+    """Every option a run can take: the core's, and those of each installed plugin."""
+
+    def __init__(self, sections: Iterable[Section]) -> None:
+        self.sections: list[Section] = list(sections)
+        self.declared: dict[str, Declared] = {}
+        for section in self.sections:
+            for field in section.fields:
+                self._add(section, field)
+
+    def _add(self, section: Section, field: attrs.Attribute[Any]) -> None:
+        name = field.name
+        earlier = self.declared.get(name)
+        if earlier is None:
+            owners = () if section.owner is None else (section.owner,)
+            self.declared[name] = Declared(field, section.key, owners)
+            return
+        owner = section.owner
+        assert owner is not None, f"core option {name!r} declared twice"
+        if earlier.core:
+            raise PluginError(
+                f"{owner.label} declares the option {flag(name)}, which areno-core already "
+                "declares; rename the plugin's option"
+            )
+        if _shape(earlier.field) != _shape(field):
+            first = earlier.owners[0]
+            raise PluginError(
+                f"option {flag(name)} is declared differently by {first.label} "
+                f"({_describe(earlier.field)}) and by {owner.label} ({_describe(field)}); "
+                "two plugins may share an option only with the same type, default and choices. "
+                "Uninstall one, or disable one with ARENO_DISABLE_PLUGINS."
+            )
+        self.declared[name] = attrs.evolve(earlier, owners=(*earlier.owners, owner))
+
+    # -- building -----------------------------------------------------------------------------
+
+    @classmethod
+    def core(cls) -> OptionTable:
+        """The core's own options only."""
+        return cls(_core_sections())
+
+    @classmethod
+    def from_registry(cls, registry: Registry) -> OptionTable:
+        """The core's options plus those of every algorithm, engine and backend registered."""
+        extra: dict[str, list[Section]] = {}
+        for kind, registry_kind, after in OWNER_KINDS:
+            for name, entry in registry.entries[registry_kind].items():  # registration order
+                fields = attrs.fields(entry.obj.config_cls)
+                owner = Owner(kind, name, entry.plugin.distribution, entry.obj.summary)
+                section = Section(
+                    key=f"{registry_kind}:{name}",
+                    title=f"{kind.capitalize()} {name} ({entry.plugin.distribution})",
+                    doc=entry.obj.summary,
+                    fields=tuple(fields),
+                    owner=owner,
+                )
+                extra.setdefault(after, []).append(section)
+        sections: list[Section] = []
+        for section in _core_sections():
+            sections.append(section)
+            sections.extend(extra.get(section.key, []))
+        return cls(sections)
+
+    # -- lookups ------------------------------------------------------------------------------
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.declared
+
+    def names(self) -> list[str]:
+        return list(self.declared)
+
+    def field(self, name: str) -> attrs.Attribute[Any]:
+        return self.declared[name].field
+
+    def owners(self, name: str) -> tuple[Owner, ...]:
+        return self.declared[name].owners
+
+    def is_core(self, name: str) -> bool:
+        return self.declared[name].core
+
+    def default(self, name: str) -> Any:
+        return self.declared[name].field.default
+
+    def plugin_options(self) -> Iterator[tuple[str, attrs.Attribute[Any]]]:
+        for name, declared in self.declared.items():
+            if not declared.core:
+                yield name, declared.field
+
+    def section(self, key: str) -> Section:
+        for section in self.sections:
+            if section.key == key:
+                return section
+        raise KeyError(key)
+
+    def check_name(self, key: str, *, where: str = "") -> str:
+        """The option name ``key`` normalizes to; an unknown one is a :class:`ConfigError`."""
+        name = normalize_key(key)
+        if name not in self.declared:
+            from areno_core.config import OPTION_ALIASES
+
+            prefix = f"{where}: " if where else ""
+            alias = OPTION_ALIASES.get(name.lower())
+            if alias in self.declared:
+                hint = f" Did you mean {flag(alias)[2:]}?"
+            else:
+                hint = did_you_mean(name, self.names(), render=lambda n: flag(n)[2:])
+            raise ConfigError(f"{prefix}unknown option {key!r}.{hint}")
+        return name
+
+    def coerce(self, name: str, value: Any) -> Any:
+        return coerce_value(self.declared[name].field, value)
+
+
+def _shape(field: attrs.Attribute[Any]) -> tuple[Any, ...]:
+    meta = field.metadata
+    return (base_type(field), allows_none(field), field.default, meta.get("choices"))
+
+
+def _describe(field: attrs.Attribute[Any]) -> str:
+    typ = base_type(field).__name__ + (" | None" if allows_none(field) else "")
+    text = f"{typ}, default {field.default!r}"
+    choices = field.metadata.get("choices")
+    return text + (f", choices {', '.join(choices)}" if choices else "")
+
+
+def _doc(cls: type) -> str:
+    """A class docstring as one paragraph."""
+    return " ".join((cls.__doc__ or "").split())
+
+
+@functools.cache
+def _core_sections() -> tuple[Section, ...]:
+    from areno_core.config import SECTION_TITLES, SECTIONS
+
+    return tuple(
+        Section(key, SECTION_TITLES[key], _doc(cls), tuple(attrs.fields(cls)))
+        for key, cls in SECTIONS.items()
+    )
+
+
+@attrs.frozen
+class NoOptions:
+    """The config class of a plugin that declares no options."""
+
+
+__all__ = [
+    "Declared",
+    "NoOptions",
+    "OptionTable",
+    "Owner",
+    "Section",
+    "base_type",
+    "check_config_class",
+    "coerce_value",
+    "make_options",
+    "normalize_key",
+    "option",
+]

@@ -1,0 +1,178 @@
+"""The rollout side of a run: one engine, kept in step with the policy, for training rollouts
+and held-out evaluation alike.
+
+The run builds one :class:`RolloutRunner` over one engine. The loop calls
+:meth:`RolloutRunner.sync_weights` before the first step and after every step (it hands the
+engine the policy whenever ``model.optimizer_steps`` moved, with that count as the version),
+then calls the runner for each step's rows. Every rollout and every evaluation runs inside a
+:class:`~areno_core.rollout.base.RolloutSession`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from areno_core.accel.memory import MIB, move_optimizer_state
+from areno_core.model import TrainableModel
+from areno_core.rewards import RewardScorer
+from areno_core.rollout.base import RolloutEngine, RolloutSession
+from areno_core.rollout.collect import collect_groups, prompt_item
+from areno_core.types import SamplingParams, TrajectoryGroup
+
+
+@attrs.define
+class AgentSettings:
+    """How agentic rollouts run (``--agent-fn`` and its options)."""
+
+    agent_fn: Callable[..., Any]
+    train_tool_results: bool = False
+    max_context_len: int | None = None
+    timeout_s: float = 300.0
+    max_concurrency: int | None = None
+
+
+class RolloutRunner:
+    """Samples, scores and groups completions for the rows of each step, from one engine."""
+
+    def __init__(
+        self,
+        model: TrainableModel,
+        engine: RolloutEngine,
+        *,
+        sampling: SamplingParams,
+        n_samples: int,
+        reward_fn: Callable[[Any], Any],
+        batch_size: int,
+        disable_thinking: bool = False,
+        drop_state: bool = False,
+        drop_uniform_groups: bool = False,
+        agent: AgentSettings | None = None,
+        offload_optimizer: bool = False,
+    ) -> None:
+        self.model = model
+        self.engine = engine
+        self.sampling = sampling
+        self.n_samples = n_samples
+        self.reward_fn = reward_fn
+        self.scorer = RewardScorer(reward_fn)
+        self.batch_size = batch_size
+        self.disable_thinking = disable_thinking
+        self.drop_state = drop_state
+        self.drop_uniform_groups = drop_uniform_groups
+        self.agent = agent
+        self.offload_optimizer = offload_optimizer
+        self._synced: int | None = None
+
+    def sync_weights(self) -> None:
+        """Hand the engine the policy if it changed since the last sync (or never was)."""
+        version = self.model.optimizer_steps
+        if self._synced != version:
+            self.engine.sync_weights(self.model.policy, version=version)
+            self._synced = version
+
+    def __call__(
+        self, rows: Sequence[dict[str, Any]], step: int
+    ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+        """The groups of one step (``n_samples`` scored samples per row) and their metrics."""
+        items = [prompt_item(step * self.batch_size + i, row) for i, row in enumerate(rows)]
+        with self._optimizer_offloaded(), RolloutSession(self.engine, drop_state=self.drop_state):
+            if self.agent is not None:
+                groups, metrics = self._agentic(items)
+            else:
+                groups, metrics = collect_groups(
+                    items,
+                    engine=self.engine,
+                    tokenizer=self.model.tokenizer,
+                    sampling=self.sampling,
+                    n_samples=self.n_samples,
+                    scorer=self.scorer,
+                    disable_thinking=self.disable_thinking,
+                    generator=self.model.rollout_generator,
+                )
+        kept = getattr(self.engine, "state_bytes", None)  # what the engine keeps until next step
+        if isinstance(kept, int):
+            metrics["memory/rollout_state_mib"] = kept / MIB
+        metrics["rollout/policy_lag"] = float(
+            self.model.optimizer_steps - metrics.get("rollout/policy_version", 0.0)
+        )
+        uniform = [g for g in groups if len(set(g.rewards)) <= 1]
+        metrics["rollout/uniform_groups"] = float(len(uniform))
+        if self.drop_uniform_groups:
+            groups = [g for g in groups if len(set(g.rewards)) > 1]
+        return groups, metrics
+
+    @contextlib.contextmanager
+    def _optimizer_offloaded(self) -> Iterator[None]:
+        """With ``offload_optimizer`` on a GPU: the optimizers' state (and float32 master
+        weights) sit in CPU memory for the rollout phase and come back before training."""
+        device = self.model.device
+        if not self.offload_optimizer or device.type == "cpu":
+            yield
+            return
+        optimizers = (self.model.optimizer, self.model.critic_optimizer)
+        moved = move_optimizer_state(optimizers, "cpu")
+        try:
+            yield
+        finally:
+            if moved:
+                move_optimizer_state(optimizers, device)
+
+    def _agentic(self, items: list[Any]) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+        from areno_core.agentic.collect import collect_agentic_groups
+
+        agent = self.agent
+        assert agent is not None
+        groups, metrics = collect_agentic_groups(
+            items,
+            agent_fn=agent.agent_fn,
+            engine=self.engine,
+            tokenizer=self.model.tokenizer,
+            sampling=self.sampling,
+            n_samples=self.n_samples,
+            scorer=self.scorer,
+            disable_thinking=self.disable_thinking,
+            train_tool_results=agent.train_tool_results,
+            max_context_len=agent.max_context_len,
+            timeout_s=agent.timeout_s,
+            generator=self.model.rollout_generator,
+            max_concurrency=agent.max_concurrency,
+            model=self.model.policy,
+        )
+        # Every turn of this step was served by the engine at its current version.
+        version = self.engine.policy_version
+        for group in groups:
+            for trajectory in group.trajectories:
+                trajectory.policy_version = version
+        if groups:
+            metrics["rollout/policy_version"] = float(version)
+        return groups, metrics
+
+    def evaluator(
+        self, rows: Sequence[dict[str, Any]], *, max_new_tokens: int
+    ) -> Callable[[], dict[str, float]]:
+        """Greedy held-out evaluation on ``rows`` with this runner's engine and reward (see
+        :mod:`areno_core.evaluation`)."""
+        from areno_core.evaluation import build_evaluator
+
+        evaluate = build_evaluator(
+            rows,
+            engine=self.engine,
+            tokenizer=self.model.tokenizer,
+            reward_fn=self.reward_fn,
+            max_new_tokens=max_new_tokens,
+            disable_thinking=self.disable_thinking,
+        )
+
+        def run() -> dict[str, float]:
+            started = time.perf_counter()
+            self.sync_weights()
+            metrics = evaluate()
+            metrics["time/eval"] = time.perf_counter() - started
+            return metrics
+
+        return run

@@ -1,0 +1,641 @@
+"""``LocalBackend``: trains in this process, on the CPU or one GPU.
+
+    model = TrainableModel.from_ckpt("random:qwen3-tiny")
+    backend = LocalBackend()
+    result = backend.train(model, rows, algorithm="sft", learning_rate=1e-4)
+
+``train`` takes typed keyword arguments whose defaults are the ``areno train`` defaults (one
+source: :func:`areno_core.config.default_of`); anything it does not support is a ``TypeError``
+at the call site, never silently ignored. Algorithm options (for example ``grpo_clip_eps``) are
+checked against the algorithm's own config class.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+import torch
+
+from areno_core.algorithm import AlgorithmSpec
+from areno_core.config import default_of
+from areno_core.log import get_logger
+from areno_core.model import TrainableModel
+from areno_core.models.loading import enable_activation_checkpointing, is_activation_checkpointing
+from areno_core.options import option
+from areno_core.train.batching import (
+    collate,
+    padding_fraction,
+    plan_steps,
+    select_rows,
+    sort_by_length,
+    split_by_padding,
+)
+from areno_core.train.contract import BackendSpec
+from areno_core.train.featurize import preference_trajectories, sft_trajectories
+from areno_core.train.forward import policy_outputs, value_outputs
+from areno_core.train.optim import (
+    build_optimizer,
+    build_scheduler,
+    clip_grad_norm,
+    gradient_tensors,
+)
+from areno_core.types import TrainResult, Trajectory, TrajectoryGroup
+
+if TYPE_CHECKING:
+    from areno_core.registry import Registry
+
+logger = get_logger(__name__)
+
+
+@attrs.frozen
+class _Prepared:
+    spec: AlgorithmSpec
+    config: Any
+    trajectories: list[Trajectory]
+    unit_rows: int
+    skipped: int
+
+
+@attrs.frozen
+class LocalBackendConfig:
+    """The local backend's own options (``--backend local``)."""
+
+    share_prefix: bool = option(
+        True,
+        "Local backend: rows of a microbatch that start with the same prompt (the samples of "
+        "one group, the two answers of a pair) run that prompt once and reuse its keys and "
+        "values; off, every row runs in full.",
+        negatable=True,
+    )
+
+
+class LocalBackend:
+    """Trains in this process, on CPU or one GPU (see the module docstring).
+
+    ``share_prefix``: see :class:`LocalBackendConfig`. ``registry`` looks up algorithms by name
+    (default: the process-wide registry of installed plugins).
+    """
+
+    is_main_process = True
+
+    def __init__(
+        self,
+        *,
+        device: str | None = None,
+        share_prefix: bool = True,
+        registry: Registry | None = None,
+    ) -> None:
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.share_prefix = share_prefix
+        self._registry = registry
+
+    def algorithm(self, algorithm: str | AlgorithmSpec) -> AlgorithmSpec:
+        """The spec of ``algorithm`` (a registered name, or a spec used as it is)."""
+        if isinstance(algorithm, AlgorithmSpec):
+            return algorithm
+        if self._registry is None:
+            from areno_core.registry import get_registry
+
+            self._registry = get_registry()
+        return self._registry.algorithm(algorithm)
+
+    def train(
+        self,
+        model: TrainableModel,
+        data: Sequence[TrajectoryGroup] | Sequence[Mapping[str, Any]],
+        *,
+        algorithm: str | AlgorithmSpec = default_of("algo"),
+        learning_rate: float = default_of("lr"),
+        min_lr: float = default_of("min_lr"),
+        lr_decay_steps: int = default_of("lr_decay_steps"),
+        lr_decay_style: Literal["cosine", "linear", "constant"] = default_of("lr_decay_style"),
+        adam_betas: tuple[float, float] = (default_of("adam_beta1"), default_of("adam_beta2")),
+        weight_decay: float = default_of("weight_decay"),
+        adam_8bit: bool = default_of("adam_8bit"),
+        grad_clip_norm: float = default_of("grad_clip_norm"),
+        mini_bs: int = default_of("mini_bs"),
+        gradient_accumulation_steps: int | None = default_of("gradient_accumulation_steps"),
+        activation_checkpointing: bool = default_of("activation_checkpointing"),
+        temperature: float = default_of("temperature"),
+        max_prompt_tokens: int = default_of("max_prompt_tokens"),
+        max_new_tokens: int = default_of("max_new_tokens"),
+        disable_thinking: bool = default_of("disable_thinking"),
+        critic_lr: float = default_of("critic_lr"),
+        critic_warmup_steps: int = default_of("critic_warmup_steps"),
+        **algorithm_options: Any,
+    ) -> TrainResult:
+        """Run one trainer step on ``data`` and return its metrics.
+
+        ``data`` is a list of rows for supervised and preference algorithms (``prompt`` and
+        ``response``, or ``prompt``/``chosen``/``rejected``) and a list of
+        :class:`TrajectoryGroup` for online algorithms. The rows are shuffled, split into
+        microbatches of ``mini_bs`` rows, and ``gradient_accumulation_steps`` microbatches make
+        one optimizer step (default: all of them, i.e. one optimizer step per call). Several
+        optimizer steps per call make the importance ratios of online algorithms move away
+        from 1 within the call, so their clipping acts.
+        """
+        started = time.perf_counter()
+        spec = self.algorithm(algorithm)
+        config = _algorithm_config(spec, algorithm_options)
+        prepared = self._prepare(
+            model,
+            data,
+            spec,
+            config,
+            max_prompt_tokens=max_prompt_tokens,
+            max_new_tokens=max_new_tokens,
+            disable_thinking=disable_thinking,
+        )
+        self.setup(
+            model,
+            spec,
+            learning_rate=learning_rate,
+            min_lr=min_lr,
+            lr_decay_steps=lr_decay_steps,
+            lr_decay_style=lr_decay_style,
+            adam_betas=adam_betas,
+            weight_decay=weight_decay,
+            adam_8bit=adam_8bit,
+            activation_checkpointing=activation_checkpointing,
+            critic_lr=critic_lr,
+        )
+        metrics: dict[str, float] = {}
+        if prepared.trajectories:
+            metrics = self._run_updates(
+                model,
+                prepared,
+                mini_bs=mini_bs,
+                accumulation=gradient_accumulation_steps,
+                grad_clip_norm=grad_clip_norm,
+                temperature=temperature,
+                train_actor=model.step >= critic_warmup_steps or "critic" not in spec.roles,
+            )
+        else:
+            logger.warning("step %d: no trainable rows; nothing was updated", model.step + 1)
+        model.step += 1
+        metrics["train/skipped_rows"] = float(prepared.skipped)
+        metrics["time/train"] = time.perf_counter() - started
+        return TrainResult(step=model.step, metrics=metrics)
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        model: TrainableModel,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        algorithm: str | AlgorithmSpec,
+        mini_bs: int = default_of("mini_bs"),
+        temperature: float = 1.0,
+        max_prompt_tokens: int = default_of("max_prompt_tokens"),
+        max_new_tokens: int = default_of("max_new_tokens"),
+        disable_thinking: bool = default_of("disable_thinking"),
+        **algorithm_options: Any,
+    ) -> dict[str, float]:
+        """The loss and statistics of a supervised or preference algorithm on held-out rows,
+        without touching weights, optimizer or random streams.
+
+        Returns the algorithm's ``train/*`` statistics under ``eval/`` (``eval/loss``,
+        ``eval/nll`` for sft; ``eval/rewards/accuracy``, ``eval/rewards/margin``, ... for dpo),
+        each averaged over all ``rows`` as if they were one optimizer step, and
+        ``eval/skipped_rows``: the rows left out because their prompt is longer than
+        ``max_prompt_tokens``.
+        """
+        spec = self.algorithm(algorithm)
+        if spec.kind == "online":
+            raise ValueError(
+                f"evaluate() computes held-out losses of supervised and preference algorithms; "
+                f"{algorithm!r} is online RL (evaluate it by sampling, see areno_core.evaluation)"
+            )
+        config = _algorithm_config(spec, algorithm_options)
+        prepared = self._prepare(
+            model,
+            rows,
+            spec,
+            config,
+            max_prompt_tokens=max_prompt_tokens,
+            max_new_tokens=max_new_tokens,
+            disable_thinking=disable_thinking,
+        )
+        skipped = {"eval/skipped_rows": float(prepared.skipped)}  # prompts over the limit
+        if not prepared.trajectories:
+            return skipped
+        device = model.device
+        batch = collate(prepared.trajectories, model.pad_id)
+        if spec.uses_reference(config, given=model.reference is not None):
+            batch["ref_logprobs"] = self._reference_logprobs(
+                model, batch, _score_plan(batch["lengths"], mini_bs), temperature
+            )
+        unit = prepared.unit_rows
+        everything = [list(range(batch["input_ids"].shape[0]))]
+        micro_rows = max(unit, mini_bs // unit * unit)
+        ordered = sort_by_length(everything, batch["lengths"], unit)[0]
+        micros = [ordered[i : i + micro_rows] for i in range(0, len(ordered), micro_rows)]
+        all_tokens = batch["loss_mask"].sum().clamp(min=1.0).to(device)
+        all_rows = torch.tensor(float(len(ordered)), device=device)
+        policy = model.policy
+        was_training = policy.training
+        policy.eval()
+        totals: dict[str, float] = {}
+        mins: dict[str, float] = {}
+        maxs: dict[str, float] = {}
+        loss_sum = 0.0
+        try:
+            for micro in micros:
+                mb = _to_device(select_rows(batch, micro), device)
+                mb["group_loss_tokens"] = all_tokens
+                mb["group_sequences"] = all_rows
+                outputs = policy_outputs(
+                    policy,
+                    mb,
+                    temperature=temperature,
+                    need_entropy=spec.needs_entropy,
+                    share_prefix=self.share_prefix,
+                )
+                loss, stats = spec.loss(outputs, mb, config)
+                loss_sum += float(loss)
+                _merge_stats(stats, totals, mins, maxs)
+        finally:
+            policy.train(was_training)
+        metrics = {**totals, **mins, **maxs, "train/loss": loss_sum}
+        return {"eval/" + key.split("/", 1)[1]: value for key, value in metrics.items()} | skipped
+
+    def _reference_logprobs(
+        self,
+        model: TrainableModel,
+        batch: dict[str, Any],
+        plan: list[list[int]],
+        temperature: float,
+    ) -> torch.Tensor:
+        """Per-token logprobs of the frozen reference over ``batch`` ([B, T], on the CPU)."""
+        reference = model.ensure_reference()
+        return _score(
+            batch,
+            plan,
+            model.device,
+            lambda mb: policy_outputs(
+                reference, mb, temperature=temperature, share_prefix=self.share_prefix
+            )["logprobs"],
+        )
+
+    # -- preparation ----------------------------------------------------------------------
+
+    def _prepare(
+        self,
+        model: TrainableModel,
+        data: Sequence[Any],
+        spec: AlgorithmSpec,
+        config: Any,
+        **featurize: Any,
+    ) -> _Prepared:
+        if spec.kind == "online":
+            if data and not isinstance(data[0], TrajectoryGroup):
+                raise TypeError(
+                    f"algorithm {spec.name!r} trains on TrajectoryGroup objects, got "
+                    f"{type(data[0]).__name__}"
+                )
+            trajectories = [t for g in data for t in g.trajectories]
+            return _Prepared(spec, config, trajectories, 1, 0)
+        if data and isinstance(data[0], TrajectoryGroup):
+            raise TypeError(f"algorithm {spec.name!r} trains on dataset rows, not trajectories")
+        if spec.kind == "preference":
+            trajectories, stats = preference_trajectories(data, model.tokenizer, **featurize)
+            return _Prepared(spec, config, trajectories, 2, stats.skipped_long_prompts)
+        trajectories, stats = sft_trajectories(data, model.tokenizer, **featurize)
+        return _Prepared(spec, config, trajectories, 1, stats.skipped_long_prompts)
+
+    def setup(
+        self,
+        model: TrainableModel,
+        spec: AlgorithmSpec,
+        *,
+        learning_rate: float = default_of("lr"),
+        min_lr: float = default_of("min_lr"),
+        lr_decay_steps: int = default_of("lr_decay_steps"),
+        lr_decay_style: str = default_of("lr_decay_style"),
+        adam_betas: tuple[float, float] = (default_of("adam_beta1"), default_of("adam_beta2")),
+        weight_decay: float = default_of("weight_decay"),
+        adam_8bit: bool = default_of("adam_8bit"),
+        activation_checkpointing: bool = default_of("activation_checkpointing"),
+        critic_lr: float = default_of("critic_lr"),
+    ) -> None:
+        """Create optimizers, schedulers and roles before the first step (``train`` calls it;
+        call it yourself to restore optimizer state before training, e.g. when resuming)."""
+        if "reference" in spec.roles:
+            model.ensure_reference()
+        policy = model.policy
+        if activation_checkpointing and not is_activation_checkpointing(policy):
+            enable_activation_checkpointing(policy)
+        if model.optimizer is None:
+            model.optimizer = build_optimizer(
+                [p for p in policy.parameters() if p.requires_grad],
+                lr=learning_rate,
+                betas=adam_betas,
+                weight_decay=weight_decay,
+                adam_8bit=adam_8bit,
+            )
+            model.scheduler = build_scheduler(
+                model.optimizer,
+                lr=learning_rate,
+                min_lr=min_lr,
+                decay_steps=lr_decay_steps,
+                style=lr_decay_style,
+            )
+        settings = {
+            "learning_rate": learning_rate,
+            "min_lr": min_lr,
+            "lr_decay_steps": lr_decay_steps,
+            "lr_decay_style": lr_decay_style,
+            "adam_betas": tuple(adam_betas),
+            "weight_decay": weight_decay,
+            "adam_8bit": adam_8bit,
+        }
+        if model.optimizer_settings is None:
+            model.optimizer_settings = settings
+        elif settings != model.optimizer_settings:
+            changed = sorted(k for k in settings if settings[k] != model.optimizer_settings[k])
+            raise ValueError(
+                f"optimizer settings are fixed by the first train() call of a model; "
+                f"{', '.join(changed)} changed (was "
+                f"{', '.join(f'{k}={model.optimizer_settings[k]!r}' for k in changed)})"
+            )
+        if "critic" in spec.roles and model.critic_optimizer is None:
+            critic = model.ensure_critic()
+            model.critic_optimizer = build_optimizer(
+                [p for p in critic.parameters() if p.requires_grad],
+                lr=critic_lr,
+                betas=adam_betas,
+                weight_decay=weight_decay,
+                adam_8bit=False,
+            )
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def save_checkpoint(
+        self,
+        model: TrainableModel,
+        save_root: str | Path,
+        *,
+        trainer_state: Mapping[str, Any],
+        config: Mapping[str, Any],
+    ) -> Path:
+        """Write ``<save_root>/step_<model.step>/`` atomically (see
+        :func:`areno_core.train.checkpoint.save_checkpoint`)."""
+        from areno_core.train.checkpoint import save_checkpoint
+
+        return save_checkpoint(
+            save_root,
+            model.step,
+            model=model.policy,
+            tokenizer=model.tokenizer,
+            optimizer=model.optimizer,
+            scheduler=model.scheduler,
+            trainer_state={**trainer_state, "optimizer_steps": model.optimizer_steps},
+            config=config,
+            extra_models=_extra_models(model),
+            generators=_generators(model),
+        )
+
+    def load_checkpoint(self, model: TrainableModel, path: str | Path) -> dict[str, Any]:
+        """Restore weights, optimizer, scheduler, counters and random streams of ``model``
+        (call :meth:`setup` first, so the optimizers exist); return the trainer state."""
+        from areno_core.train.checkpoint import load_checkpoint
+
+        state = load_checkpoint(
+            path,
+            model=model.policy,
+            optimizer=model.optimizer,
+            scheduler=model.scheduler,
+            extra_models=_extra_models(model),
+            generators=_generators(model),
+        )
+        model.step = int(state["step"])
+        model.optimizer_steps = int(state.get("optimizer_steps", 0))
+        return state
+
+    # -- the update -----------------------------------------------------------------------
+
+    def _run_updates(
+        self,
+        model: TrainableModel,
+        prepared: _Prepared,
+        *,
+        mini_bs: int,
+        accumulation: int | None,
+        grad_clip_norm: float,
+        temperature: float,
+        train_actor: bool,
+    ) -> dict[str, float]:
+        spec, config = prepared.spec, prepared.config
+        device = model.device
+        batch = collate(prepared.trajectories, model.pad_id)
+        rows = batch["input_ids"].shape[0]
+        score_plan = _score_plan(batch["lengths"], mini_bs)
+        # An optional reference is scored when the algorithm's config wants it (PPO's KL loss)
+        # or when the user supplied one.
+        if spec.uses_reference(config, given=model.reference is not None):
+            batch["ref_logprobs"] = self._reference_logprobs(model, batch, score_plan, temperature)
+        critic = model.ensure_critic() if "critic" in spec.roles else None
+        if critic is not None:
+            batch["values"] = _score(
+                batch, score_plan, device, lambda mb: value_outputs(critic, mb)
+            )
+        if spec.advantages is not None:
+            batch = spec.advantages(batch, config)
+        rollout_stats = dict(batch.pop("rollout_stats", None) or {})
+
+        steps = plan_steps(
+            rows // prepared.unit_rows,
+            prepared.unit_rows,
+            mini_bs,
+            accumulation,
+            model.generator,
+        )
+        steps = [sort_by_length(s, batch["lengths"], prepared.unit_rows) for s in steps]
+        policy = model.policy
+        piece_cost = _piece_cost(policy, device) if spec.kind == "supervised" else None
+        if piece_cost is not None:
+            lengths = batch["lengths"]
+            steps = [
+                [piece for micro in s for piece in split_by_padding(micro, lengths, piece_cost)]
+                for s in steps
+            ]
+        policy.train()
+        if critic is not None:
+            critic.train()
+        totals: dict[str, float] = {}
+        mins: dict[str, float] = {}
+        maxs: dict[str, float] = {}
+        grad_norms, losses = [], []
+        target_tokens = 0.0
+        t0 = time.perf_counter()
+        for step_rows in steps:
+            flat = [r for micro in step_rows for r in micro]
+            index = torch.tensor(flat)
+            group_tokens = batch["loss_mask"][index].sum().clamp(min=1.0)
+            group_rows = torch.tensor(float(len(flat)))
+            target_tokens += float(group_tokens)
+            step_loss = torch.zeros((), dtype=torch.float64)
+            for micro in step_rows:
+                mb = _to_device(select_rows(batch, micro), device)
+                mb["group_loss_tokens"] = group_tokens.to(device)
+                mb["group_sequences"] = group_rows.to(device)
+                outputs = policy_outputs(
+                    policy,
+                    mb,
+                    temperature=temperature,
+                    need_entropy=spec.needs_entropy or spec.kind == "online",
+                    share_prefix=self.share_prefix,
+                )
+                if critic is not None:
+                    outputs["values"] = value_outputs(critic, mb)
+                loss, stats = spec.loss(outputs, mb, config)
+                loss.backward()
+                step_loss += loss.detach().double().cpu()
+                _merge_stats(stats, totals, mins, maxs)
+            norm = clip_grad_norm(
+                gradient_tensors(model.optimizer, policy.parameters()), grad_clip_norm
+            )
+            if train_actor:
+                model.optimizer.step()  # type: ignore[union-attr]
+                model.scheduler.step()
+                model.optimizer_steps += 1
+            model.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+            if critic is not None:
+                clip_grad_norm(
+                    gradient_tensors(model.critic_optimizer, critic.parameters()),
+                    grad_clip_norm,
+                )
+                model.critic_optimizer.step()  # type: ignore[union-attr]
+                model.critic_optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+            grad_norms.append(float(norm))
+            losses.append(float(step_loss))
+        elapsed = time.perf_counter() - t0
+        n_steps = len(steps)
+        metrics = {k: v / n_steps for k, v in totals.items()}
+        metrics.update(mins)
+        metrics.update(maxs)
+        metrics.update(
+            {
+                "train/loss": sum(losses) / n_steps,
+                "train/grad_norm": sum(grad_norms) / n_steps,
+                "train/lr": float(model.optimizer.param_groups[0]["lr"]),  # type: ignore[union-attr]
+                "train/optimizer_steps": float(n_steps),
+                "train/target_tokens": target_tokens,
+                "train/tokens_per_s": float(batch["lengths"].sum()) / max(elapsed, 1e-9),
+                "train/padding_fraction": padding_fraction(
+                    [m for s in steps for m in s], batch["lengths"]
+                ),
+            }
+        )
+        if spec.kind == "online":
+            metrics.update(_advantage_stats(batch))
+        metrics.update({k: float(v) for k, v in rollout_stats.items()})
+        return metrics
+
+
+def _extra_models(model: TrainableModel) -> dict[str, Any]:
+    if model.critic is None:
+        return {}
+    return {"critic": (model.critic, model.critic_optimizer)}
+
+
+def _generators(model: TrainableModel) -> dict[str, torch.Generator]:
+    return {"data": model.generator, "rollout": model.rollout_generator}
+
+
+def _algorithm_config(spec: AlgorithmSpec, options: Mapping[str, Any]) -> Any:
+    valid = {f.name for f in attrs.fields(spec.config_cls)}
+    unknown = sorted(set(options) - valid)
+    if unknown:
+        raise TypeError(
+            f"LocalBackend.train() got unexpected keyword argument(s) {', '.join(unknown)} for "
+            f"algorithm {spec.name!r}; its options are: {', '.join(sorted(valid)) or 'none'}"
+        )
+    return spec.make_config(dict(options))
+
+
+# What one more forward and backward pass costs on a CPU beyond its arithmetic (Python, kernel
+# launches, allocation), in FLOPs: a few milliseconds at this machine class's matmul rate.
+_CPU_PASS_OVERHEAD_FLOPS = 2e9
+
+
+def _piece_cost(model: Any, device: torch.device) -> int | None:
+    """Padded tokens worth one more pass when a supervised microbatch is cut by length
+    (see :func:`split_by_padding`); None on GPUs, whose kernels want whole microbatches."""
+    if device.type != "cpu":
+        return None
+    params = sum(p.numel() for p in model.parameters())
+    return max(1, int(_CPU_PASS_OVERHEAD_FLOPS / (6 * max(params, 1))))
+
+
+def _score_plan(lengths: torch.Tensor, mini_bs: int) -> list[list[int]]:
+    order = torch.argsort(lengths).tolist()
+    return [order[i : i + mini_bs] for i in range(0, len(order), mini_bs)]
+
+
+@torch.no_grad()
+def _score(
+    batch: dict[str, Any], plan: list[list[int]], device: torch.device, fn: Any
+) -> torch.Tensor:
+    """Run a no-grad scorer over the batch in length-sorted microbatches; [B, T] on CPU."""
+    out = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)
+    for rows in plan:
+        mb = _to_device(select_rows(batch, rows), device)
+        values = fn(mb).float().cpu()
+        out[torch.tensor(rows), : values.shape[1]] = values
+    return out
+
+
+def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _merge_stats(
+    stats: Mapping[str, Any],
+    totals: dict[str, float],
+    mins: dict[str, float],
+    maxs: dict[str, float],
+) -> None:
+    """Combine per-microbatch stats: ``*_max`` by max, ``*_min`` by min, the rest by sum."""
+    for key, value in stats.items():
+        v = float(value)
+        if key.endswith("_max"):
+            maxs[key] = max(maxs.get(key, v), v)
+        elif key.endswith("_min"):
+            mins[key] = min(mins.get(key, v), v)
+        else:
+            totals[key] = totals.get(key, 0.0) + v
+
+
+def _advantage_stats(batch: Mapping[str, Any]) -> dict[str, float]:
+    mask = batch["loss_mask"]
+    adv = batch["advantages"]
+    n = mask.sum().clamp(min=1.0)
+    mean = (adv * mask).sum() / n
+    return {
+        "train/advantage_mean": float(mean),
+        "train/advantage_abs_mean": float((adv.abs() * mask).sum() / n),
+    }
+
+
+def _local_backend(config: Any, options: LocalBackendConfig, registry: Registry) -> LocalBackend:
+    return LocalBackend(share_prefix=options.share_prefix, registry=registry)
+
+
+def _one_process(config: Any) -> str | None:
+    if config.world_size > 1 or config.tp_size > 1:
+        return "it trains in one process on one device (--world-size 1 --tp-size 1)"
+    return None
+
+
+LOCAL_BACKEND = BackendSpec(
+    name="local",
+    summary="Trains in this process on the CPU or one GPU.",
+    factory=_local_backend,
+    config_cls=LocalBackendConfig,
+    check=_one_process,
+)
