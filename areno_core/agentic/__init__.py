@@ -24,8 +24,8 @@ _LAZY = {
     "collect_agentic_groups": "areno_core.agentic.collect",
     "resolve_agent_fn": "areno_core.agentic.collect",
     "AgentServer": "areno_core.agentic.server",
-    "ServedChoice": "areno_core.agentic.server",
-    "ServedCompletion": "areno_core.agentic.server",
+    "ServedChoice": "areno_core.agentic.records",
+    "ServedCompletion": "areno_core.agentic.records",
     "build_trajectory": "areno_core.agentic.trajectory",
     "trajectory_record": "areno_core.agentic.trajectory",
 }

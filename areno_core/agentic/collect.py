@@ -6,17 +6,22 @@ token rows, score them, and group them per prompt.
         n_samples=8, scorer=RewardScorer(reward_fn), timeout_s=300.0)
 
 The agent gets ``batch-size x n-samples`` :class:`AgentItem` tasks and ``timeout_s`` seconds in
-all. Samples that time out, crash or come back empty are dropped and counted
-(``rollout/agent_errors``), and so are rows longer than ``max_context_len``
-(``rollout/context_overflow``). If the agent fails so that no sample survives, the step stops
-with an :class:`AgentError` carrying the first traceback.
+all, a deadline that holds even against blocking code (:mod:`areno_core.agentic.runner`).
+Samples that time out, crash, come back empty or as something that is not a turn are dropped
+and counted (``rollout/agent_errors``), and so are rows longer than ``max_context_len``
+(``rollout/context_overflow``).
+
+Rows are built from the endpoint's records of what it served, not from the agent's copy: a
+sample whose turns name a response the endpoint did not serve, carry token data that differs
+from the record, share a response with another sample, or answer another prompt of the batch
+is dropped and counted (``rollout/agent_mismatches``). If no sample survives, the step stops
+with an :class:`AgentError` carrying the first problem.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import inspect
+import json
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,12 +30,17 @@ from typing import Any
 import attrs
 import torch
 
-from areno_core.agentic.server import AgentServer, ServedCompletion
+from areno_core.agentic.records import ServedCompletion
+from areno_core.agentic.runner import abandoned_agents, run_agent_fn
+from areno_core.agentic.server import AgentServer
 from areno_core.agentic.trajectory import (
+    TurnMismatchError,
+    TurnTokens,
     build_trajectory,
     fill_logprobs,
     model_scorer,
     trajectory_record,
+    turn_tokens,
 )
 from areno_core.agentic.types import (
     AgentBatch,
@@ -40,7 +50,7 @@ from areno_core.agentic.types import (
     AgentTrajectory,
     AgentTrajectoryTurn,
 )
-from areno_core.errors import ArenoError, UserCodeError
+from areno_core.errors import UserCodeError
 from areno_core.log import get_logger, warn_once
 from areno_core.rewards import RewardScorer
 from areno_core.rollout.collect import rollout_metrics
@@ -53,8 +63,12 @@ AgentFn = Callable[[AgentContext, AgentBatch], Any]
 _LEAVES = (AgentTrajectoryTurn, AgentTrajectory, AgentFailure)
 
 
-class AgentError(ArenoError):
-    """The agent produced no usable sample in a step."""
+# Steps stop once this many agent runs ignored their deadline and still run in the background.
+MAX_ABANDONED_AGENTS = 3
+
+
+class AgentError(UserCodeError):
+    """The agent produced no usable sample in a step, or keeps ignoring its deadline."""
 
 
 def resolve_agent_fn(spec: str, registry: Any) -> AgentFn:
@@ -84,78 +98,44 @@ def _is_async(fn: Any) -> bool:
     return any(inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f) for f in (fn, call))
 
 
-# -- running the agent -----------------------------------------------------------------------
+# -- the agent's results ---------------------------------------------------------------------
 
 
-@attrs.define
-class _Outcome:
-    leaves: list[Any]
-    error: str | None = None
-    timed_out: bool = False
-
-
-def _leaves(value: Any, out: list[Any]) -> None:
+def _leaves(value: Any, out: list[Any], problems: list[str]) -> None:
+    """Flatten what the agent produced into turns, trajectories and failures; anything else
+    is noted in ``problems`` and skipped (its sample then counts as empty)."""
     if value is None:
         return
     if isinstance(value, _LEAVES):
         out.append(value)
         return
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
-        raise UserCodeError(
+        problems.append(
             f"the agent returned a {type(value).__name__}; expected AgentTrajectoryTurn, "
             "AgentTrajectory, AgentFailure, None, or an iterable of them"
         )
+        return
     for entry in value:
-        _leaves(entry, out)
+        _leaves(entry, out, problems)
 
 
-async def _drive(
-    agent_fn: AgentFn, ctx: AgentContext, batch: AgentBatch, timeout_s: float
-) -> _Outcome:
-    streamed: list[Any] = []
-
-    async def consume() -> None:
-        value = agent_fn(ctx, batch)
-        if inspect.isawaitable(value):
-            value = await value
-        if hasattr(value, "__aiter__"):
-            async for entry in value:
-                streamed.append(entry)
-        else:
-            streamed.append(value)
-
-    try:
-        await asyncio.wait_for(consume(), timeout_s)
-    except UserCodeError:
-        raise
-    except TimeoutError:
-        outcome = _Outcome([], f"the agent function timed out after {timeout_s:g} s", True)
-    except Exception as exc:
-        outcome = _Outcome([], "".join(traceback.format_exception(exc)))
-    else:
-        leaves: list[Any] = []
-        _leaves(streamed, leaves)
-        return _Outcome(leaves)
-    # The agent as a whole failed: keep what it yielded and what run_each finished.
+def _collect_leaves(outcome: Any) -> tuple[list[Any], list[str]]:
+    """The leaves of a finished agent run: what it returned, or, when it failed or timed out,
+    what it had yielded plus what ``run_each`` had finished."""
+    leaves: list[Any] = []
+    problems: list[str] = []
+    if outcome.completed:
+        _leaves(outcome.values, leaves, problems)
+        return leaves, problems
     seen: set[int] = set()
-    for source in (streamed, list(ctx.finished)):
+    for source in (outcome.values, outcome.finished):
         found: list[Any] = []
-        _leaves(source, found)
+        _leaves(source, found, problems)
         for leaf in found:
             if id(leaf) not in seen:
                 seen.add(id(leaf))
-                outcome.leaves.append(leaf)
-    return outcome
-
-
-def _run(coroutine_factory: Callable[[], Any]) -> Any:
-    """Run a coroutine to completion from sync code, also when an event loop is running."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine_factory())
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(coroutine_factory())).result()
+                leaves.append(leaf)
+    return leaves, problems
 
 
 # -- samples ---------------------------------------------------------------------------------
@@ -179,19 +159,18 @@ class _Sample:
         return None
 
 
-def _group_leaves(leaves: list[Any], items: Sequence[AgentItem]) -> dict[tuple[int, int], _Sample]:
+def _group_leaves(
+    leaves: list[Any], items: Sequence[AgentItem], problems: list[str]
+) -> dict[tuple[int, int], _Sample]:
     samples = {item.key: _Sample(item) for item in items}
-
-    def sample_for(item: AgentItem) -> _Sample:
-        if item.key not in samples:
-            raise UserCodeError(
-                f"the agent returned a result for sample {item.key}, which is not in this step's "
-                "batch; use the AgentItem objects from batch.iter_samples()"
-            )
-        return samples[item.key]
-
     for leaf in leaves:
-        sample = sample_for(leaf.item)
+        sample = samples.get(leaf.item.key)
+        if sample is None:
+            problems.append(
+                f"the agent returned a result for sample {leaf.item.key}, which is not in this "
+                "step's batch; use the AgentItem objects from batch.iter_samples()"
+            )
+            continue
         if isinstance(leaf, AgentFailure):
             sample.failure = sample.failure or leaf
         elif isinstance(leaf, AgentTrajectory):
@@ -241,6 +220,13 @@ def collect_agentic_groups(
 
     ``model`` scores tool-result tokens for ``train_tool_results`` (default: ``engine.model``).
     """
+    if abandoned_agents() >= MAX_ABANDONED_AGENTS:
+        raise AgentError(
+            f"{abandoned_agents()} earlier agent runs ignored their deadline "
+            f"(--agent-timeout-s) and are still running in the background; the agent blocks "
+            "in code that cannot be interrupted (see 'What agent code must not do' in "
+            "docs/agentic.md)"
+        )
     t0 = time.perf_counter()
     agent_items = _agent_items(items, n_samples)
     batch = AgentBatch(items=tuple(agent_items), n_samples=n_samples)
@@ -259,14 +245,24 @@ def collect_agentic_groups(
             max_concurrency=max_concurrency or max(1, len(agent_items)),
             timeout_s=timeout_s,
         )
-        outcome = _run(lambda: _drive(agent_fn, ctx, batch, timeout_s))
+        outcome = run_agent_fn(agent_fn, ctx, batch, timeout_s=timeout_s)
     records = dict(server.records)
     t1 = time.perf_counter()
 
-    samples = _group_leaves(outcome.leaves, agent_items)
+    leaves, problems = _collect_leaves(outcome)
+    samples = _group_leaves(leaves, agent_items, problems)
     built, counts, first_error = _build(
-        samples, tokenizer, train_tool_results, records, max_context_len
+        samples, items, tokenizer, train_tool_results, records, max_context_len
     )
+    if problems:
+        warn_once(
+            logger,
+            "agentic.bad_results",
+            "the agent returned results that are not turns of this step's samples; they were "
+            "skipped (counted in rollout/agent_bad_results; first shown once): %s",
+            problems[0],
+        )
+        first_error = problems[0]  # it explains the samples that came back empty
     if outcome.error is not None:
         first_error = outcome.error
         missing = sum(1 for s in samples.values() if s.failure is None and not s.turns)
@@ -277,10 +273,22 @@ def collect_agentic_groups(
             len(agent_items),
             outcome.error,
         )
-    if not built and counts["errors"]:
+    if outcome.longest_block_s > 1.0:
+        warn_once(
+            logger,
+            "agentic.blocked_loop",
+            "the agent blocked its event loop for %.1f s in all (longest %.1f s): while it "
+            "blocks, no other sample makes progress and per-sample timeouts cannot fire. Use "
+            "awaitable calls (AsyncOpenAI, asyncio.sleep, asyncio.create_subprocess_exec) or "
+            "wrap blocking ones in 'await asyncio.to_thread(...)'",
+            outcome.blocked_s,
+            outcome.longest_block_s,
+        )
+    if not built and (counts["errors"] or counts["mismatches"] or problems):
+        failed = counts["errors"] + counts["mismatches"]
         raise AgentError(
-            f"no agentic sample survived this step ({counts['errors']:.0f} of "
-            f"{len(agent_items)} failed). First error:\n{first_error}"
+            f"no agentic sample survived this step ({failed:.0f} of {len(agent_items)} "
+            f"failed). First error:\n{first_error}"
         )
     if train_tool_results:
         _score_tool_tokens(
@@ -297,6 +305,10 @@ def collect_agentic_groups(
         {
             "rollout/agent_errors": counts["errors"],
             "rollout/agent_timeouts": counts["timeouts"],
+            "rollout/agent_mismatches": counts["mismatches"],
+            "rollout/agent_bad_results": float(len(problems)),
+            "rollout/agent_abandoned": float(outcome.abandoned),
+            "rollout/agent_blocked_s": outcome.blocked_s,
             "rollout/context_overflow": counts["overflow"],
             "rollout/agent_history_rewrites": float(
                 sum(t.metadata["history_rewrites"] for t in kept)
@@ -324,23 +336,30 @@ class _Built:
 
 def _build(
     samples: Mapping[tuple[int, int], _Sample],
+    items: Sequence[PromptItem],
     tokenizer: Any,
     train_tool_results: bool,
     records: Mapping[str, ServedCompletion],
     max_context_len: int | None,
 ) -> tuple[list[_Built], dict[str, float], str | None]:
     built: list[_Built] = []
-    counts = {"errors": 0.0, "timeouts": 0.0, "overflow": 0.0}
+    counts = {"errors": 0.0, "timeouts": 0.0, "overflow": 0.0, "mismatches": 0.0}
     first_error: str | None = None
+    first_mismatch: str | None = None
+    mismatches = _verify(samples, items, records)
     for key, sample in samples.items():
         problem: str | None = None
+        if key in mismatches:
+            counts["mismatches"] += 1
+            first_mismatch = first_mismatch or mismatches[key]
+            continue
         if sample.failure is not None:
             problem = sample.failure.error
             counts["timeouts"] += sample.failure.kind == "timeout"
         elif not sample.turns:
             problem = f"the agent returned nothing for sample {key}"
         else:
-            try:
+            try:  # from the records (verified above), never from the agent's copy
                 trajectory = build_trajectory(
                     sample.turns, tokenizer, train_tool_results=train_tool_results, records=records
                 )
@@ -366,7 +385,95 @@ def _build(
             "error shown once):\n%s",
             first_error,
         )
-    return built, counts, first_error
+    if first_mismatch is not None:
+        warn_once(
+            logger,
+            "agentic.mismatches",
+            "agentic samples whose turns do not match what the endpoint served were dropped "
+            "(counted in rollout/agent_mismatches; first shown once): %s",
+            first_mismatch,
+        )
+    return built, counts, first_error or first_mismatch
+
+
+def _conversation_key(messages: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    out = []
+    for message in messages:
+        content = message.get("content") or ""
+        if not isinstance(content, str):
+            content = json.dumps(content, sort_keys=True, default=str)
+        out.append((str(message.get("role")), content))
+    return out
+
+
+def _contains(conversation: list[tuple[str, str]], wanted: list[tuple[str, str]]) -> bool:
+    """Whether ``wanted`` occurs in ``conversation`` in order (not necessarily contiguous)."""
+    it = iter(conversation)
+    return all(any(entry == message for entry in it) for message in wanted)
+
+
+def _verify(
+    samples: Mapping[tuple[int, int], _Sample],
+    items: Sequence[PromptItem],
+    records: Mapping[str, ServedCompletion],
+) -> dict[tuple[int, int], str]:
+    """Why samples are rejected, by sample key:
+
+    * a turn names a response the endpoint did not serve, or its ``areno`` copy differs from
+      the record (:func:`~areno_core.agentic.trajectory.turn_tokens`);
+    * a served choice is claimed by two samples, or twice by one (every sampled completion
+      is trained on once, in one sample);
+    * the sample's first request holds the prompt of another prompt of the batch and not
+      its own (a response to another task, scored against this one's answer).
+
+    Agents that write their own prompts (not the loader's messages) pass the last check.
+    """
+    views: dict[tuple[int, int], list[TurnTokens]] = {}
+    rejected: dict[tuple[int, int], str] = {}
+    claims: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for key, sample in samples.items():
+        if sample.failure is not None or not sample.turns:
+            continue
+        try:
+            views[key] = [turn_tokens(turn, records) for turn in sample.turns]
+        except TurnMismatchError as exc:
+            rejected[key] = str(exc)
+            continue
+        except Exception:
+            continue  # not readable at all: reported as an error when the row is built
+        for view in views[key]:
+            claims.setdefault((str(view.response_id), view.choice_index), []).append(key)
+    for (rid, index), owners in claims.items():
+        if len(owners) > 1:
+            for key in owners:
+                rejected.setdefault(
+                    key,
+                    f"sample {key}: choice {index} of response {rid!r} is used by "
+                    f"{len(owners)} turns ({sorted(set(owners))}); each served completion may "
+                    "belong to one turn of one sample",
+                )
+    prompts = {item.index: _conversation_key(_item_messages(item)) for item in items}
+    for key, turns in views.items():
+        if key in rejected:
+            continue
+        first = records[str(turns[0].response_id)]
+        asked = _conversation_key(first.messages)
+        own = prompts.get(key[0], [])
+        if own and _contains(asked, own):
+            continue
+        others = [p for index, p in prompts.items() if index != key[0] and p and p != own]
+        if any(_contains(asked, other) for other in others):
+            rejected[key] = (
+                f"sample {key}: its first request holds the prompt of another row of the "
+                "batch, not its own"
+            )
+    return rejected
+
+
+def _item_messages(item: PromptItem) -> list[Mapping[str, Any]]:
+    if item.messages is not None:
+        return [dict(m) for m in item.messages]
+    return [{"role": "user", "content": item.prompt}]
 
 
 def _score_tool_tokens(built: list[_Built], model: Any, sampling: SamplingParams) -> None:

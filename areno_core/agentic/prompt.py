@@ -7,6 +7,11 @@ rendering of its beginning; assistant turns are cut at their end-of-turn marker,
 that render the *last* assistant turn differently (Qwen3's thinking blocks) work too. When a
 template is not incremental at all, the whole prompt is encoded at once without spans.
 
+Cost: each message is rendered in a window of itself and its neighbours, so building a prompt
+takes time linear in its number of messages (the pieces are checked against one rendering of
+the whole conversation). Only when a template cannot be split that way are the conversation's
+prefixes rendered one by one, within a budget of characters.
+
 Token reuse: :meth:`PromptBuilder.remember` stores each served completion under a key of
 (tools, the request's messages, the assistant message returned). When a later request holds
 that assistant message after the same messages, its prompt is that completion's prompt ids +
@@ -20,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -85,13 +91,33 @@ def _reuse_key(prefix_digest: str, reply: Mapping[str, Any]) -> str:
     return prefix_digest + ":" + hashlib.sha1(_canonical(message_key(reply)).encode()).hexdigest()
 
 
-class PromptBuilder:
-    """Builds prompts for one endpoint session (not thread-safe: one thread uses it)."""
+# Above this many characters of prefix renderings, the exact message-by-message rendering of a
+# template that the windowed rendering could not split is skipped (the prompt is then encoded
+# at once, without spans), so no request costs quadratic time in its number of messages.
+EXACT_RENDER_BUDGET_CHARS = 4_000_000
 
-    def __init__(self, tokenizer: Any, *, disable_thinking: bool = False) -> None:
+
+class PromptBuilder:
+    """Builds prompts for one endpoint session; safe to call from several threads.
+
+    ``tokenizer_lock`` serialises the tokenizer calls (Hugging Face fast tokenizers must not
+    be used from two threads at once); pass the lock the rest of the server uses.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        disable_thinking: bool = False,
+        tokenizer_lock: threading.Lock | None = None,
+        exact_budget_chars: int = EXACT_RENDER_BUDGET_CHARS,
+    ) -> None:
         self.tokenizer = tokenizer
         self.disable_thinking = disable_thinking
+        self.exact_budget_chars = exact_budget_chars
+        self.tokenizer_lock = tokenizer_lock or threading.Lock()
         self._reuse: dict[str, _ReuseEntry] = {}
+        self._reuse_lock = threading.Lock()
         self._eot = end_of_turn_token(tokenizer)
         eot_id = tokenizer.convert_tokens_to_ids(self._eot) if self._eot else None
         self._eot_id = eot_id if isinstance(eot_id, int) else None
@@ -108,13 +134,21 @@ class PromptBuilder:
     ) -> None:
         """Record that ``reply`` was sampled as ``token_ids`` after ``prompt_ids``."""
         key = _reuse_key(_prefix_digests(tools, messages)[-1], reply)
-        self._reuse.setdefault(
-            key, _ReuseEntry(tuple(prompt_ids), tuple(prompt_spans), tuple(token_ids))
-        )
+        entry = _ReuseEntry(tuple(prompt_ids), tuple(prompt_spans), tuple(token_ids))
+        with self._reuse_lock:
+            self._reuse.setdefault(key, entry)
 
-    def _render(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], gen: bool
+    def _lookup(self, key: str) -> _ReuseEntry | None:
+        with self._reuse_lock:
+            return self._reuse.get(key)
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        gen: bool = True,
     ) -> str:
+        """The chat template's text for ``messages`` (with the generation prompt by default)."""
         return apply_chat_template(
             self.tokenizer,
             messages,
@@ -124,27 +158,45 @@ class PromptBuilder:
         )
 
     def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+        if not text:
+            return []
+        with self.tokenizer_lock:
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def build(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Prompt:
+    def build(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        full: str | None = None,
+        prefill: str = "",
+    ) -> Prompt:
         """Prompt token ids for ``messages`` (see the module docstring).
 
         The prompt is encoded message by message, which records which tokens render which
         message (``prompt_spans``). That needs a template whose rendering of a conversation
         extends the rendering of its beginning; when it does not, the whole prompt is encoded
-        at once and the spans are left empty.
+        at once and the spans are left empty. ``full`` is the template's rendering when the
+        caller has it already. ``prefill`` is text appended after the generation prompt (the
+        start of the reply forced by ``tool_choice``), encoded as its own span.
         """
-        full = self._render(messages, tools, True)
-        reused = self._reuse_prefix(messages, tools, full)
-        if reused is not None:
-            return reused
-        pieces = self._pieces(messages, tools, full, start=0, prev="")
-        if pieces is None:
-            return Prompt(self._encode(full), (), False)
-        ids: list[int] = []
-        spans: list[Mapping[str, Any]] = []
-        self._append(ids, spans, pieces)
-        return Prompt(ids, tuple(spans), False)
+        full = self.render(messages, tools, True) if full is None else full
+        prompt = self._reuse_prefix(messages, tools, full)
+        if prompt is None:
+            pieces = self._pieces(messages, tools, full, start=0, prev="")
+            if pieces is None:
+                prompt = Prompt(self._encode(full), (), False)
+            else:
+                ids: list[int] = []
+                spans: list[Mapping[str, Any]] = []
+                self._append(ids, spans, pieces)
+                prompt = Prompt(ids, tuple(spans), False)
+        if prefill:
+            ids = list(prompt.ids)
+            spans = list(prompt.spans)
+            self._append(ids, spans, [("tool_choice", None, prefill)])
+            prompt = Prompt(ids, tuple(spans) if prompt.spans else (), prompt.reused)
+        return prompt
 
     def _reuse_prefix(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], full: str
@@ -153,10 +205,10 @@ class PromptBuilder:
         for j in range(len(messages) - 1, -1, -1):
             if messages[j]["role"] != "assistant":
                 continue
-            entry = self._reuse.get(_reuse_key(digests[j], messages[j]))
+            entry = self._lookup(_reuse_key(digests[j], messages[j]))
             if entry is None:
                 continue
-            prev = self._render(messages[:j], tools, False) if j else ""
+            prev = self.render(messages[:j], tools, False) if j else ""
             cut = self._assistant_end(messages, tools, full, j, prev)
             if cut is None:
                 return None
@@ -182,7 +234,7 @@ class PromptBuilder:
 
     def _assistant_end(
         self,
-        messages: list[dict[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
         tools: list[dict[str, Any]],
         full: str,
         i: int,
@@ -194,16 +246,17 @@ class PromptBuilder:
         mid-conversation (thinking blocks), so the turn is cut at its end-of-turn marker in
         the rendering of the next message (or of the generation prompt), plus the text the
         template writes after that marker. Returns (that text, end offset, the rendering).
+        ``full`` is the rendering of all of ``messages`` with the generation prompt.
         """
         eot = self._eot
         if not eot:
             return None
-        alone = self._render(messages[: i + 1], tools, False)
+        alone = self.render(messages[: i + 1], tools, False)
         marker = alone.rfind(eot)
         if not alone.startswith(prev) or marker < len(prev):
             return None
         after = alone[marker + len(eot) :]
-        following = self._render(messages[: i + 2], tools, False) if i + 1 < len(messages) else full
+        following = self.render(messages[: i + 2], tools, False) if i + 1 < len(messages) else full
         if not following.startswith(prev):
             return None
         close = following.find(eot, len(prev))
@@ -222,7 +275,68 @@ class PromptBuilder:
     ) -> list[tuple[str, int | None, str]] | None:
         """Text pieces (role, message index, text) of messages ``start:`` plus the generation
         prompt, given the rendering ``prev`` of the messages before; None when the template
-        does not render the conversation incrementally."""
+        does not render the conversation incrementally.
+
+        Each message is first rendered in a small window (itself after the message before
+        it), which costs time linear in the conversation; the pieces are accepted when they
+        add up to the full rendering exactly. Otherwise each prefix of the conversation is
+        rendered in turn, as long as that stays within ``exact_budget_chars``.
+        """
+        pieces = self._window_pieces(messages, tools, full, start=start, prev=prev)
+        if pieces is not None:
+            return pieces
+        if (len(messages) - start) * len(full) > self.exact_budget_chars:
+            return None
+        return self._exact_pieces(messages, tools, full, start=start, prev=prev)
+
+    def _window_pieces(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        full: str,
+        *,
+        start: int,
+        prev: str,
+    ) -> list[tuple[str, int | None, str]] | None:
+        pieces: list[tuple[str, int | None, str]] = []
+        offset = len(prev)
+        if not full.startswith(prev):
+            return None
+        for i in range(start, len(messages)):
+            head = messages[i - 1 : i] if i else []
+            window = [*head, messages[i]]
+            before = self.render(head, tools, False) if head else ""
+            if messages[i]["role"] == "assistant":
+                last = i + 1 == len(messages)
+                window_full = self.render(window, tools, True) if last else ""
+                cut = self._assistant_end(
+                    [*window, *messages[i + 1 : i + 2]], tools, window_full, len(head), before
+                )
+                if cut is None:
+                    return None
+                _, end, rendered = cut
+                piece = rendered[len(before) : end]
+            else:
+                rendered = self.render(window, tools, False)
+                if not rendered.startswith(before):
+                    return None
+                piece = rendered[len(before) :]
+            if not full.startswith(piece, offset):
+                return None
+            pieces.append((messages[i]["role"], i, piece))
+            offset += len(piece)
+        pieces.append(("generation_prompt", None, full[offset:]))
+        return pieces
+
+    def _exact_pieces(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        full: str,
+        *,
+        start: int,
+        prev: str,
+    ) -> list[tuple[str, int | None, str]] | None:
         pieces: list[tuple[str, int | None, str]] = []
         for i in range(start, len(messages)):
             role = messages[i]["role"]
@@ -234,7 +348,7 @@ class PromptBuilder:
                 pieces.append((role, i, rendered[len(prev) : end]))
                 prev = rendered[:end]
                 continue
-            rendered = self._render(messages[: i + 1], tools, False)
+            rendered = self.render(messages[: i + 1], tools, False)
             if not rendered.startswith(prev):
                 return None
             pieces.append((role, i, rendered[len(prev) :]))
@@ -264,4 +378,4 @@ class PromptBuilder:
                 ids.extend(piece)
 
 
-__all__ = ["Prompt", "PromptBuilder", "message_key"]
+__all__ = ["EXACT_RENDER_BUDGET_CHARS", "Prompt", "PromptBuilder", "message_key"]

@@ -4,27 +4,41 @@
                      timeout_s=60) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key=server.api_key)
         reply = client.chat.completions.create(model="policy", messages=[...], tools=[...])
-        reply.choices[0].areno["token_ids"]  # what the policy sampled, exactly
+        server.records[reply.id].choices[0].token_ids  # what the policy sampled, exactly
 
-Threads: the stdlib ``ThreadingHTTPServer`` answers each connection on its own thread; handler
-threads only parse and validate JSON, queue the request and wait. One scheduler thread owns the
-engine and the tokenizer: it gathers the queued requests for ``batch_wait_s``, renders their
-prompts, and issues one ``engine.generate`` call per distinct sampling setting, so concurrent
-agent requests are decoded together. Requests with a ``seed`` are generated on their own, so
-their result does not depend on what else was queued.
+The HTTP side is an ASGI app (:mod:`areno_core.agentic.asgi`, on Starlette) served by uvicorn
+on a thread of its own, bound to ``127.0.0.1``; requests are validated by pydantic models that
+follow the OpenAI schema (:mod:`areno_core.agentic.schema`). A request goes through:
+
+1. the key and the body size are checked before any of the body is read;
+2. the body is validated; the prompt's size is bounded from its text before anything is
+   rendered or tokenised (``max_prompt_tokens`` x the longest token of the vocabulary);
+3. the prompt is built on a small thread pool (so a small request is not stuck behind a
+   large one) and its token count checked against ``max_prompt_tokens``;
+4. one scheduler thread owns the engine: it gathers the ready requests (for as long as more
+   are being rendered or keep arriving within ``batch_wait_s`` of each other, at most
+   ``max_batch_wait_s``) and
+   issues one ``engine.generate`` call per distinct sampling setting, so concurrent agent
+   requests are decoded together. Requests with a ``seed`` are generated on their own, so
+   their result does not depend on what else was queued;
+5. a request whose client disconnects, or that outlives ``timeout_s`` (answered ``504``), is
+   cancelled: it is dropped if its generation has not started (a running ``generate`` call
+   cannot be interrupted; its result is then discarded).
 
 Every served choice is kept in :attr:`AgentServer.records` (by response id) and is returned
 with an ``areno`` extension field (prompt and completion token ids, logprobs, prompt spans);
 see docs/agentic.md. When a request repeats an assistant message this server returned, after
-the same earlier messages, its prompt reuses that completion's exact tokens (prompt +
-sampled tokens) instead of re-rendering the message text, so multi-turn trajectories share
-their prefixes token for token (:mod:`areno_core.agentic.prompt`).
+the same earlier messages, its prompt reuses that completion's exact tokens (prompt + sampled
+tokens) instead of re-rendering the message text, so multi-turn trajectories share their
+prefixes token for token (:mod:`areno_core.agentic.prompt`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
-import hmac
+import functools
 import json
 import os
 import secrets
@@ -34,7 +48,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
@@ -42,180 +55,82 @@ import attrs
 import torch
 
 from areno_core.agentic.prompt import Prompt, PromptBuilder
+from areno_core.agentic.records import ServedChoice, ServedCompletion
+from areno_core.agentic.schema import (
+    ChatRequest,
+    NamedToolChoice,
+    RequestError,
+    content_chars,
+    error_payload,
+    template_messages,
+    template_tools,
+)
 from areno_core.agentic.toolparse import parse_assistant_text
 from areno_core.log import get_logger, warn_once
+from areno_core.models.chat import apply_chat_template
 from areno_core.rollout.sampling import is_greedy, seeded
 from areno_core.types import Completion, SamplingParams
 
 logger = get_logger(__name__)
 
-MAX_BODY_BYTES = 64 * 1024 * 1024
-MAX_N = 64
+MAX_BODY_BYTES = 8 * 1024 * 1024
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+_PROBE_ARGUMENTS = '{"areno_probe": 1}'
 
 
-class RequestError(Exception):
-    """A request the endpoint refuses; becomes an OpenAI-style error response."""
-
-    def __init__(
-        self, status: int, message: str, *, param: str | None = None, code: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.param = param
-        self.code = code
-
-    def payload(self) -> dict[str, Any]:
-        kind = {401: "authentication_error", 404: "not_found_error"}.get(
-            self.status, "invalid_request_error" if self.status < 500 else "server_error"
-        )
-        return error_payload(str(self), kind=kind, param=self.param, code=self.code)
-
-
-def error_payload(
-    message: str, *, kind: str, param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-# -- records ---------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class ServedChoice:
-    """One choice the endpoint returned, with everything needed to rebuild its token row."""
-
-    index: int
-    message: Mapping[str, Any]
-    finish_reason: str
-    prompt_token_ids: tuple[int, ...]
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    engine_finish_reason: str
-    prompt_spans: tuple[Mapping[str, Any], ...] = ()
-    prefix_reused: bool = False
-
-    def extension(self) -> dict[str, Any]:
-        """The ``areno`` field of the choice in the response (see docs/agentic.md)."""
-        return {
-            "prompt_token_ids": list(self.prompt_token_ids),
-            "token_ids": list(self.token_ids),
-            "logprobs": list(self.logprobs),
-            "finish_reason": self.engine_finish_reason,
-            "prompt_spans": [dict(s) for s in self.prompt_spans],
-            "prefix_reused": self.prefix_reused,
-        }
-
-
-@attrs.frozen
-class ServedCompletion:
-    """One ``chat.completion`` response and the request it answered."""
-
-    id: str
-    created: int
-    model: str
-    messages: tuple[Mapping[str, Any], ...]
-    tools: tuple[Mapping[str, Any], ...]
-    choices: tuple[ServedChoice, ...]
-
-
-# -- messages --------------------------------------------------------------------------------
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-            else:
-                raise RequestError(
-                    400, "only text content parts are supported", param="messages", code=None
-                )
-        return "".join(parts)
-    raise RequestError(400, f"message content must be a string or a list, got {content!r}")
-
-
-def normalize_message(message: Any, index: int) -> dict[str, Any]:
-    """A request message as the chat template sees it: text content, known keys only."""
-    if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-        raise RequestError(
-            400, f"messages[{index}] must be an object with a string 'role'", param="messages"
-        )
-    out: dict[str, Any] = {"role": message["role"], "content": _text(message.get("content"))}
-    for key in ("name", "tool_call_id", "reasoning_content"):
-        if isinstance(message.get(key), str):
-            out[key] = message[key]
-    calls = message.get("tool_calls")
-    if calls:
-        if not isinstance(calls, list):
-            raise RequestError(400, f"messages[{index}].tool_calls must be a list")
-        normalized = []
-        for call in calls:
-            function = call.get("function") if isinstance(call, Mapping) else None
-            if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-                raise RequestError(400, f"messages[{index}].tool_calls entries need function.name")
-            arguments = function.get("arguments", "{}")
-            entry: dict[str, Any] = {
-                "type": "function",
-                "function": {"name": function["name"], "arguments": arguments},
-            }
-            if isinstance(call.get("id"), str):
-                entry["id"] = call["id"]
-            normalized.append(entry)
-        out["tool_calls"] = normalized
-    return out
-
-
-# -- requests --------------------------------------------------------------------------------
+# -- jobs ------------------------------------------------------------------------------------
 
 
 @attrs.define(eq=False)
-class _Pending:
-    """A validated request waiting for the scheduler; a handler thread waits on ``done``."""
+class Job:
+    """One validated request on its way through the server."""
 
+    request: ChatRequest
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
-    parse_tools: bool
     sampling: SamplingParams
     n: int
     stops: tuple[str, ...]
+    parse_tools: bool
+    prefill: str
     model: str
-    done: threading.Event = attrs.field(factory=threading.Event)
-    status: int = 0
-    payload: dict[str, Any] | None = None
+    top_logprobs: int
+    prompt: Prompt | None = None
+    deadline: float = 0.0
     cancelled: bool = False
+    started: bool = False
+    future: asyncio.Future[tuple[int, dict[str, Any]]] | None = None
+    loop: asyncio.AbstractEventLoop | None = None
 
     def resolve(self, status: int, payload: dict[str, Any]) -> None:
-        if not self.done.is_set():
-            self.status, self.payload = status, payload
-            self.done.set()
+        """Hand the answer to the waiting request handler (from any thread)."""
+        future, loop = self.future, self.loop
+        if future is None or loop is None:
+            return
 
+        def set_result() -> None:
+            if not future.done():
+                future.set_result((status, payload))
 
-def _number(body: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
-    value = body.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
-        raise RequestError(400, f"'{key}' must be a {kind.__name__}, got {value!r}", param=key)
-    return kind(value)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            loop.call_soon_threadsafe(set_result)
 
 
 class AgentServer:
     """The agentic endpoint: ``start()``/``stop()`` or use as a context manager.
 
-    ``sampling_defaults`` are the run's sampling settings; a request may lower
-    ``max_tokens`` (never above ``sampling_defaults.max_new_tokens``) and set ``temperature``,
-    ``top_p``, ``top_k`` and ``seed``. ``timeout_s`` bounds how long one request may wait for
-    its answer (``504`` after that). ``generator`` seeds the engine's random stream for
-    requests without a ``seed``; a ``seed`` in ``sampling_defaults`` only seeds that generator
-    (a fixed seed for every generate() call would give repeated requests identical samples).
+    ``sampling_defaults`` are the run's sampling settings; a request may lower ``max_tokens``
+    (never above ``sampling_defaults.max_new_tokens``) and set ``temperature``, ``top_p``,
+    ``top_k`` and ``seed``. ``timeout_s`` bounds how long one request may take from the end of
+    its body to its answer (``504`` after that). ``generator`` seeds the engine's random
+    stream for requests without a ``seed``; a ``seed`` in ``sampling_defaults`` only seeds
+    that generator (a fixed seed for every generate() call would give repeated requests
+    identical samples).
+
+    Limits: ``max_body_bytes`` per request body (``413`` above it, checked before the body is
+    read), ``body_timeout_s`` to receive a body (``408``), ``max_prompt_tokens`` per prompt
+    (default: the engine's own limit; ``400`` with code ``context_length_exceeded`` above it,
+    checked before generation), ``max_connections`` open at once (``503`` beyond).
     """
 
     def __init__(
@@ -229,8 +144,16 @@ class AgentServer:
         generator: Any = None,
         model_name: str = "policy",
         batch_wait_s: float = 0.005,
+        max_batch_wait_s: float = 0.25,
         api_key: str | None = None,
+        max_prompt_tokens: int | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        body_timeout_s: float = 30.0,
+        max_connections: int = 1024,
+        render_threads: int = 2,
     ) -> None:
+        if timeout_s <= 0 or body_timeout_s <= 0:
+            raise ValueError(f"timeouts must be positive, got {timeout_s}, {body_timeout_s}")
         self.engine = engine
         self.tokenizer = tokenizer
         if sampling_defaults.seed is not None:
@@ -240,44 +163,88 @@ class AgentServer:
         self.sampling_defaults = sampling_defaults
         self.disable_thinking = disable_thinking
         self.timeout_s = float(timeout_s)
+        self.body_timeout_s = float(body_timeout_s)
         self.generator = generator
         self.model_name = model_name
         self.batch_wait_s = batch_wait_s
+        self.max_batch_wait_s = max(batch_wait_s, max_batch_wait_s)
         self.api_key = api_key or f"areno-{secrets.token_urlsafe(24)}"
+        self.max_body_bytes = int(max_body_bytes)
+        self.max_connections = int(max_connections)
+        self.max_prompt_tokens = (
+            max_prompt_tokens if max_prompt_tokens is not None else _engine_prompt_limit(engine)
+        )
         self.records: dict[str, ServedCompletion] = {}
         self.stats: dict[str, float] = dict.fromkeys(
             ("requests", "errors", "completions", "generate_calls", "prompt_tokens",
-             "completion_tokens", "reused_prefixes", "max_batch"),
+             "completion_tokens", "reused_prefixes", "max_batch", "cancelled", "timeouts"),
             0.0,
         )  # fmt: skip
-        self._prompts = PromptBuilder(tokenizer, disable_thinking=disable_thinking)
-        self._queue: deque[_Pending] = deque()
+        self.tokenizer_lock = threading.Lock()
+        self._prompts = PromptBuilder(
+            tokenizer, disable_thinking=disable_thinking, tokenizer_lock=self.tokenizer_lock
+        )
+        self._max_prompt_chars: int | None = None
+        self._prefills: dict[tuple[str, str | None], str | None] = {}
+        self._render_threads = max(1, int(render_threads))
+        self._render_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._queue: deque[Job] = deque()
+        self._rendering = 0  # requests whose prompt is being built (they will join soon)
         self._cond = threading.Condition()
         self._stopping = False
-        self._httpd: _HTTPServer | None = None
+        self._uvicorn: Any = None
+        self._socket: socket.socket | None = None
+        self._port: int | None = None
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle --------------------------------------------------------------------------
 
     @property
     def port(self) -> int:
-        if self._httpd is None:
+        if self._port is None:
             raise RuntimeError("AgentServer is not started")
-        return int(self._httpd.server_address[1])
+        return self._port
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> AgentServer:
-        if self._httpd is not None:
+        if self._uvicorn is not None:
             raise RuntimeError("AgentServer.start() called twice")
+        import uvicorn
+
+        from areno_core.agentic.asgi import build_app
+
         _bypass_proxy_for_loopback()
+        if self.max_prompt_tokens is not None and self._max_prompt_chars is None:
+            self._max_prompt_chars = self.max_prompt_tokens * longest_token_chars(self.tokenizer)
         self._stopping = False
-        self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler, self)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        self._socket, self._port = sock, int(sock.getsockname()[1])
+        config = uvicorn.Config(
+            build_app(self),
+            loop="asyncio",
+            http="h11",
+            ws="none",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_keep_alive=30,
+            timeout_graceful_shutdown=2,
+            limit_concurrency=self.max_connections,
+            h11_max_incomplete_event_size=64 * 1024,
+        )
+        self._uvicorn = uvicorn.Server(config)
+        self._render_pool = concurrent.futures.ThreadPoolExecutor(
+            self._render_threads, thread_name_prefix="areno-agent-render"
+        )
         serve = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
+            target=self._uvicorn.run,
+            kwargs={"sockets": [sock]},
             name="areno-agent-http",
             daemon=True,
         )
@@ -285,31 +252,42 @@ class AgentServer:
         self._threads = [serve, schedule]
         for thread in self._threads:
             thread.start()
+        deadline = time.monotonic() + 30.0
+        while not self._uvicorn.started:
+            if not serve.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the agent endpoint did not start (see the log above)")
+            time.sleep(0.005)
         logger.debug("agent endpoint listening on %s", self.base_url)
         return self
 
     def stop(self) -> None:
         """Refuse new requests, answer queued ones with 503, and wait for the threads; a
         generate() call in progress finishes first (the engine cannot be interrupted)."""
-        httpd = self._httpd
-        if httpd is None:
+        server = self._uvicorn
+        if server is None:
             return
         with self._cond:
             self._stopping = True
             waiting = list(self._queue)
             self._queue.clear()
             self._cond.notify_all()
-        for pending in waiting:
-            pending.resolve(
+        for job in waiting:
+            job.resolve(
                 503, error_payload("the agent endpoint is shutting down", kind="server_error")
             )
-        httpd.shutdown()
-        httpd.close_connections()
-        httpd.server_close()
+        server.should_exit = True
         for thread in self._threads:
             thread.join()
+        if self._render_pool is not None:
+            self._render_pool.shutdown(wait=True, cancel_futures=True)
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.close()
         self._threads = []
-        self._httpd = None
+        self._uvicorn = None
+        self._render_pool = None
+        self._socket = None
         logger.debug("agent endpoint stopped (%d responses served)", len(self.records))
 
     def __enter__(self) -> AgentServer:
@@ -330,16 +308,9 @@ class AgentServer:
             return None
         return record.choices[index]
 
-    # -- handler side (any thread) ----------------------------------------------------------
-
-    def check_auth(self, header: str | None) -> None:
-        expected = f"Bearer {self.api_key}"
-        if header is None or not hmac.compare_digest(header.encode(), expected.encode()):
-            raise RequestError(
-                401,
-                "missing or wrong API key: send 'Authorization: Bearer <ctx.api_key>'",
-                code="invalid_api_key",
-            )
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     def models_payload(self) -> dict[str, Any]:
         return {
@@ -347,85 +318,135 @@ class AgentServer:
             "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "areno"}],
         }
 
-    def complete(self, body: Any) -> tuple[int, dict[str, Any]]:
-        """Validate, queue and wait for one chat-completion request: (status, payload)."""
-        pending = self._parse(body)
+    # -- request side (the event loop of the HTTP thread) -----------------------------------
+
+    def prepare(self, request: ChatRequest) -> Job:
+        """Turn a validated request into a job; refuses what cannot be served, cheaply (no
+        rendering, no tokenisation)."""
+        messages = template_messages(request)
+        tools = template_tools(request)
+        total = content_chars(messages, tools)
+        if self._max_prompt_chars is not None and total > self._max_prompt_chars:
+            raise RequestError(
+                400,
+                f"the messages hold {total} characters of text, more than a prompt of "
+                f"max_prompt_tokens={self.max_prompt_tokens} tokens can hold",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        choice = request.tool_choice or "auto"
+        prefill = ""
+        if choice == "required" or isinstance(choice, NamedToolChoice):
+            name = choice.function.name if isinstance(choice, NamedToolChoice) else None
+            prefill = self._forced_prefix(tools, name)
+        top = request.top_logprobs or 0
+        if top and getattr(self.engine, "model", None) is None:
+            raise RequestError(
+                400,
+                "'top_logprobs' needs the policy model, which this rollout engine does not "
+                "expose; ask for 'logprobs' without alternatives",
+                param="top_logprobs",
+            )
+        stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+        return Job(
+            request=request,
+            messages=messages,
+            tools=tools,
+            sampling=self._sampling(request),
+            n=request.choices,
+            stops=tuple(stops),
+            parse_tools=bool(tools) and choice != "none",
+            prefill=prefill,
+            model=request.model,
+            top_logprobs=top,
+        )
+
+    async def render(self, job: Job) -> None:
+        """Build the job's prompt on the render pool; RequestError when it is too long."""
+        loop = asyncio.get_running_loop()
+        if self._render_pool is None:
+            raise RequestError(503, "the agent endpoint is shutting down")
+        with self._cond:
+            self._rendering += 1
+        try:
+            job.prompt = await loop.run_in_executor(self._render_pool, self._build_prompt, job)
+        except RequestError:
+            raise
+        except RuntimeError as exc:  # the pool was shut down meanwhile
+            raise RequestError(503, "the agent endpoint is shutting down") from exc
+        finally:
+            with self._cond:
+                self._rendering -= 1
+        limit = self.max_prompt_tokens
+        if limit is not None and len(job.prompt.ids) > limit:
+            raise RequestError(
+                400,
+                f"the prompt has {len(job.prompt.ids)} tokens, more than the "
+                f"max_prompt_tokens={limit} the rollout engine accepts",
+                param="messages",
+                code="context_length_exceeded",
+            )
+
+    def _build_prompt(self, job: Job) -> Prompt:
+        if job.cancelled:
+            raise RequestError(499, "the request was cancelled")
+        try:
+            full = self._prompts.render(job.messages, job.tools, True)
+        except Exception as exc:
+            logger.debug("rendering a request failed", exc_info=True)
+            raise RequestError(
+                400,
+                f"could not render the messages with the chat template: {exc}",
+                param="messages",
+            ) from exc
+        chars = self._max_prompt_chars
+        if chars is not None and len(full) + len(job.prefill) > chars:
+            raise RequestError(
+                400,
+                f"the rendered prompt has {len(full)} characters, more than a prompt of "
+                f"max_prompt_tokens={self.max_prompt_tokens} tokens can hold",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        return self._prompts.build(job.messages, job.tools, full=full, prefill=job.prefill)
+
+    def submit(self, job: Job) -> asyncio.Future[tuple[int, dict[str, Any]]]:
+        """Queue a rendered job for the scheduler; the future gets ``(status, payload)``."""
+        loop = asyncio.get_running_loop()
+        job.loop = loop
+        job.future = loop.create_future()
         with self._cond:
             if self._stopping:
                 raise RequestError(503, "the agent endpoint is shutting down")
-            self._queue.append(pending)
+            self._queue.append(job)
             self._cond.notify_all()
-        if not pending.done.wait(self.timeout_s):
-            pending.cancelled = True
-            self.stats["errors"] += 1
-            return 504, error_payload(
-                f"no completion within --agent-timeout-s={self.timeout_s:g} s",
-                kind="timeout",
-                code="timeout",
-            )
-        assert pending.payload is not None
-        return pending.status, pending.payload
+        return job.future
 
-    def _parse(self, body: Any) -> _Pending:
-        if not isinstance(body, Mapping):
-            raise RequestError(400, "the request body must be a JSON object")
-        if body.get("stream"):
-            raise RequestError(
-                400,
-                "streaming is not supported by the areno agent endpoint; send stream=false",
-                param="stream",
-            )
-        raw_messages = body.get("messages")
-        if not isinstance(raw_messages, list) or not raw_messages:
-            raise RequestError(400, "'messages' must be a non-empty list", param="messages")
-        messages = [normalize_message(m, i) for i, m in enumerate(raw_messages)]
-        tools = body.get("tools") or []
-        if not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools):
-            raise RequestError(400, "'tools' must be a list of objects", param="tools")
-        choice = body.get("tool_choice", "auto")
-        if choice not in ("auto", "none", "required") and not isinstance(choice, Mapping):
-            raise RequestError(400, f"unsupported tool_choice {choice!r}", param="tool_choice")
-        n = _number(body, "n", int, 1)
-        if not 1 <= n <= MAX_N:
-            raise RequestError(400, f"'n' must be between 1 and {MAX_N}", param="n")
-        stops = body.get("stop") or []
-        if isinstance(stops, str):
-            stops = [stops]
-        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-            raise RequestError(400, "'stop' must be a string or a list of strings", param="stop")
-        return _Pending(
-            messages=messages,
-            tools=[dict(t) for t in tools],
-            parse_tools=bool(tools) and choice != "none",
-            sampling=self._sampling(body),
-            n=n,
-            stops=tuple(stops),
-            model=str(body.get("model") or self.model_name),
+    def cancel(self, job: Job, *, timed_out: bool) -> None:
+        """The client left or the deadline passed: skip the job if it has not started."""
+        if not job.cancelled:
+            job.cancelled = True
+            self.stats["timeouts" if timed_out else "cancelled"] += 1
+            self.stats["errors"] += 1
+
+    def timeout_payload(self) -> dict[str, Any]:
+        return error_payload(
+            f"no completion within --agent-timeout-s={self.timeout_s:g} s",
+            kind="timeout",
+            code="timeout",
         )
 
-    def _sampling(self, body: Mapping[str, Any]) -> SamplingParams:
+    def _sampling(self, request: ChatRequest) -> SamplingParams:
         base = self.sampling_defaults
         limit = base.max_new_tokens
-        asked = body.get("max_completion_tokens", body.get("max_tokens"))
-        max_new = limit if asked is None else _number({"max_tokens": asked}, "max_tokens", int, 0)
-        if max_new < 1:
-            raise RequestError(400, "'max_tokens' must be at least 1", param="max_tokens")
-        temperature = _number(body, "temperature", float, None)
-        top_p = _number(body, "top_p", float, base.top_p)
-        top_k = _number(body, "top_k", int, base.top_k)
-        seed = _number(body, "seed", int, None)
-        if temperature is not None and temperature < 0:
-            raise RequestError(400, "'temperature' must be >= 0", param="temperature")
-        if not 0.0 < top_p <= 1.0:
-            raise RequestError(400, "'top_p' must be in (0, 1]", param="top_p")
-        if top_k < -1 or top_k == 0:
-            raise RequestError(400, "'top_k' must be -1 or a positive integer", param="top_k")
+        asked = request.max_completion_tokens or request.max_tokens
+        temperature = request.temperature
         sampling = attrs.evolve(
             base,
-            max_new_tokens=min(max_new, limit),
-            top_p=top_p,
-            top_k=top_k,
-            seed=seed,
+            max_new_tokens=min(asked or limit, limit),
+            top_p=base.top_p if request.top_p is None else request.top_p,
+            top_k=base.top_k if request.top_k is None else request.top_k,
+            seed=request.seed,
             **({} if temperature is None else {"temperature": temperature, "greedy": False}),
         )
         run_t = 1.0 if is_greedy(base) else base.temperature
@@ -440,6 +461,23 @@ class AgentServer:
             )
         return sampling
 
+    def _forced_prefix(self, tools: list[dict[str, Any]], name: str | None) -> str:
+        """The start of an assistant reply that calls a tool (``name``, or any with None), as
+        the chat template writes it; appended to the prompt to honour ``tool_choice``."""
+        key = (json.dumps(tools, sort_keys=True), name)
+        if key not in self._prefills:
+            self._prefills[key] = forced_tool_prefix(self.tokenizer, tools, name)
+        prefix = self._prefills[key]
+        if prefix is None:
+            raise RequestError(
+                400,
+                "this model's chat template does not write tool calls in a form the endpoint "
+                "can start for it, so tool_choice 'required' or a named function cannot be "
+                "enforced; use 'auto'",
+                param="tool_choice",
+            )
+        return prefix
+
     # -- scheduler thread -------------------------------------------------------------------
 
     def _schedule(self) -> None:
@@ -449,70 +487,69 @@ class AgentServer:
                     self._cond.wait()
                 if self._stopping:
                     return
-            time.sleep(self.batch_wait_s)  # let requests sent at the same moment join
+            self._gather()
             with self._cond:
-                batch = [p for p in self._queue if not p.cancelled]
+                batch = [job for job in self._queue if not job.cancelled]
                 self._queue.clear()
+                for job in batch:
+                    job.started = True
             if batch:
                 try:
                     self._serve(batch)
                 except Exception as exc:  # a bug here must not leave handlers waiting
                     logger.exception("agent endpoint: serving a batch failed")
-                    for pending in batch:
-                        pending.resolve(500, error_payload(repr(exc), kind="server_error"))
+                    for job in batch:
+                        job.resolve(500, error_payload(repr(exc), kind="server_error"))
 
-    def _serve(self, batch: list[_Pending]) -> None:
-        groups: dict[Any, list[tuple[_Pending, Prompt]]] = {}
-        for pending in batch:
-            try:
-                prompt = self._prompts.build(pending.messages, pending.tools)
-            except RequestError as exc:
-                pending.resolve(exc.status, exc.payload())
-                continue
-            except Exception as exc:
-                logger.debug("rendering a request failed", exc_info=True)
-                pending.resolve(
-                    400,
-                    error_payload(
-                        f"could not render the messages with the chat template: {exc}",
-                        kind="invalid_request_error",
-                        param="messages",
-                    ),
-                )
-                continue
-            key: Any = (pending.sampling, pending.n)
-            if pending.sampling.seed is not None:
-                key = (pending.sampling, pending.n, id(pending))
-            groups.setdefault(key, []).append((pending, prompt))
+    def _gather(self) -> None:
+        """Let a burst of requests join one batch: wait while prompts are still being built
+        or new requests keep arriving within ``batch_wait_s`` of each other, for at most
+        ``max_batch_wait_s`` in all."""
+        deadline = time.monotonic() + self.max_batch_wait_s
+        with self._cond:
+            seen = len(self._queue)
+        while True:
+            time.sleep(self.batch_wait_s)
+            with self._cond:
+                now, rendering = len(self._queue), self._rendering
+            if (now == seen and not rendering) or time.monotonic() >= deadline:
+                return
+            seen = now
+
+    def _serve(self, batch: list[Job]) -> None:
+        groups: dict[Any, list[Job]] = {}
+        for job in batch:
+            key: Any = (job.sampling, job.n)
+            if job.sampling.seed is not None:
+                key = (job.sampling, job.n, id(job))
+            groups.setdefault(key, []).append(job)
         for members in groups.values():
             self._generate(members)
 
-    def _generate(self, members: list[tuple[_Pending, Prompt]]) -> None:
-        members = [(p, prompt) for p, prompt in members if not p.cancelled]
+    def _generate(self, members: list[Job]) -> None:
+        members = [job for job in members if not job.cancelled]
         if not members:
             return
-        sampling, n = members[0][0].sampling, members[0][0].n
+        sampling, n = members[0].sampling, members[0].n
+        prompts = [list(job.prompt.ids) for job in members if job.prompt is not None]
         try:
-            outputs = self.engine.generate(
-                [m[1].ids for m in members], seeded(sampling, self.generator), n=n
-            )
+            outputs = self.engine.generate(prompts, seeded(sampling, self.generator), n=n)
         except Exception as exc:
             logger.exception("agent endpoint: engine.generate failed")
-            for pending, _ in members:
-                pending.resolve(
-                    500, error_payload(f"generation failed: {exc!r}", kind="server_error")
-                )
+            for job in members:
+                job.resolve(500, error_payload(f"generation failed: {exc!r}", kind="server_error"))
             return
         self.stats["generate_calls"] += 1
         self.stats["max_batch"] = max(self.stats["max_batch"], float(len(members) * n))
-        for (pending, prompt), completions in zip(members, outputs, strict=True):
+        for job, completions in zip(members, outputs, strict=True):
             self.stats["requests"] += 1
+            assert job.prompt is not None
             if not completions:
                 self.stats["errors"] += 1
-                pending.resolve(
+                job.resolve(
                     400,
                     error_payload(
-                        f"the prompt has {len(prompt.ids)} tokens, more than the rollout "
+                        f"the prompt has {len(job.prompt.ids)} tokens, more than the rollout "
                         "engine accepts (--max-prompt-tokens)",
                         kind="invalid_request_error",
                         param="messages",
@@ -520,27 +557,33 @@ class AgentServer:
                     ),
                 )
                 continue
-            pending.resolve(200, self._respond(pending, prompt, completions))
+            try:
+                payload = self._respond(job, job.prompt, completions)
+            except Exception as exc:
+                logger.exception("agent endpoint: building a response failed")
+                job.resolve(500, error_payload(repr(exc), kind="server_error"))
+                continue
+            job.resolve(200, payload)
 
     def _respond(
-        self, pending: _Pending, prompt: Prompt, completions: Sequence[Completion]
+        self, job: Job, prompt: Prompt, completions: Sequence[Completion]
     ) -> dict[str, Any]:
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        choices = tuple(self._choice(i, pending, prompt, c) for i, c in enumerate(completions))
+        choices = tuple(self._choice(i, job, prompt, c) for i, c in enumerate(completions))
         record = ServedCompletion(
             id=response_id,
             created=created,
-            model=pending.model,
-            messages=tuple(pending.messages),
-            tools=tuple(pending.tools),
+            model=job.model,
+            messages=tuple(job.messages),
+            tools=tuple(job.tools),
             choices=choices,
         )
         self.records[response_id] = record
         for choice in choices:
             self._prompts.remember(
-                pending.messages,
-                pending.tools,
+                job.messages,
+                job.tools,
                 choice.message,
                 prompt_ids=choice.prompt_token_ids,
                 prompt_spans=choice.prompt_spans,
@@ -551,38 +594,38 @@ class AgentServer:
         self.stats["prompt_tokens"] += len(prompt.ids)
         self.stats["completion_tokens"] += completion_tokens
         self.stats["reused_prefixes"] += float(prompt.reused)
+        logprobs = [self._logprobs(job, c) for c in choices]
         return {
             "id": response_id,
             "object": "chat.completion",
             "created": created,
-            "model": pending.model,
+            "model": job.model,
             "choices": [
                 {
                     "index": c.index,
-                    "message": dict(c.message),
-                    "logprobs": None,
+                    "message": {"role": "assistant", "refusal": None, **dict(c.message)},
+                    "logprobs": lp,
                     "finish_reason": c.finish_reason,
                     "areno": c.extension(),
                 }
-                for c in choices
+                for c, lp in zip(choices, logprobs, strict=True)
             ],
             "usage": {
                 "prompt_tokens": len(prompt.ids),
                 "completion_tokens": completion_tokens,
                 "total_tokens": len(prompt.ids) + completion_tokens,
             },
+            "system_fingerprint": None,
         }
 
-    def _choice(
-        self, index: int, pending: _Pending, prompt: Prompt, completion: Completion
-    ) -> ServedChoice:
+    def _choice(self, index: int, job: Job, prompt: Prompt, completion: Completion) -> ServedChoice:
         tokens = list(completion.token_ids)
         logprobs = list(completion.logprobs)
         finish = completion.finish_reason
         body = tokens[:-1] if finish == "stop" and tokens else tokens
         text = self._decode(body)
-        if pending.stops:
-            cut = _first_stop(text, pending.stops)
+        if job.stops:
+            cut = _first_stop(text, job.stops)
             if cut is not None:
                 position, stop = cut
                 keep = self._tokens_through(body, stop)
@@ -593,8 +636,10 @@ class AgentServer:
                     "stop",
                 )
         content, calls = parse_assistant_text(
-            text, tools=pending.tools, parse_tools=pending.parse_tools
+            job.prefill + text, tools=job.tools, parse_tools=job.parse_tools
         )
+        if calls and job.request.parallel_tool_calls is False:
+            calls = calls[:1]
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = calls
@@ -608,10 +653,43 @@ class AgentServer:
             engine_finish_reason=finish,
             prompt_spans=prompt.spans,
             prefix_reused=prompt.reused,
+            policy_version=int(getattr(completion, "policy_version", 0)),
         )
 
+    def _logprobs(self, job: Job, choice: ServedChoice) -> dict[str, Any] | None:
+        """The OpenAI ``logprobs`` object of a choice when the request asked for it."""
+        if not job.request.logprobs:
+            return None
+        top: list[list[tuple[int, float]]] = []
+        if job.top_logprobs:
+            temperature = 1.0 if is_greedy(job.sampling) else job.sampling.temperature
+            top = _top_logprobs(
+                self.engine.model,
+                list(choice.prompt_token_ids),
+                list(choice.token_ids),
+                job.top_logprobs,
+                temperature,
+            )
+        content = []
+        for k, (token, value) in enumerate(zip(choice.token_ids, choice.logprobs, strict=True)):
+            text, raw = self._token_text(token)
+            alternatives = []
+            for alt, alt_value in top[k] if top else ():
+                alt_text, alt_raw = self._token_text(alt)
+                alternatives.append({"token": alt_text, "logprob": alt_value, "bytes": alt_raw})
+            content.append(
+                {"token": text, "logprob": value, "bytes": raw, "top_logprobs": alternatives}
+            )
+        return {"content": content, "refusal": None}
+
+    def _token_text(self, token: int) -> tuple[str, list[int]]:
+        with self.tokenizer_lock:
+            raw = token_bytes(self.tokenizer, token)
+        return raw.decode("utf-8", errors="replace"), list(raw)
+
     def _decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+        with self.tokenizer_lock:
+            return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
 
     def _tokens_through(self, ids: list[int], stop: str) -> int:
         """The fewest leading tokens of ``ids`` whose text contains ``stop``."""
@@ -623,6 +701,112 @@ class AgentServer:
             else:
                 lo = mid + 1
         return hi
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _engine_prompt_limit(engine: Any) -> int | None:
+    options = getattr(engine, "options", None)
+    for source in (options, engine):
+        value = getattr(source, "max_prompt_tokens", None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def longest_token_chars(tokenizer: Any) -> int:
+    """The most characters one token of ``tokenizer`` stands for (its vocabulary strings and
+    added tokens), so ``max_prompt_tokens * longest_token_chars`` characters of text surely
+    tokenise to more than ``max_prompt_tokens`` tokens. Byte-level vocabularies spell one
+    byte per character, so this bounds UTF-8 bytes and characters alike."""
+    vocab = tokenizer.get_vocab()
+    return max(1, max((len(token) for token in vocab), default=1))
+
+
+def token_bytes(tokenizer: Any, token: int) -> bytes:
+    """The bytes one token stands for: exact for byte-level vocabularies (GPT-2 style, as the
+    byte tokenizer and Qwen use), else the UTF-8 of its decoded text."""
+    piece = tokenizer.convert_ids_to_tokens(int(token))
+    table = _byte_decoder()
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    if isinstance(piece, str) and int(token) not in added and all(ch in table for ch in piece):
+        return bytes(table[ch] for ch in piece)
+    return str(tokenizer.decode([int(token)])).encode("utf-8")
+
+
+@functools.cache
+def _byte_decoder() -> dict[str, int]:
+    from areno_core.models.tokenizer import byte_to_unicode
+
+    return {char: byte for byte, char in byte_to_unicode().items()}
+
+
+def _top_logprobs(
+    model: Any, prompt: list[int], tokens: list[int], k: int, temperature: float
+) -> list[list[tuple[int, float]]]:
+    """The ``k`` most likely tokens and their log-probabilities at every completion position,
+    from one forward pass of ``model`` (``log_softmax(logits / temperature)``)."""
+    if not tokens:
+        return []
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt + tokens], device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            logits = model(input_ids=ids, use_cache=False).logits[0]
+    finally:
+        model.train(was_training)
+    start = len(prompt) - 1
+    scores = (logits[start : start + len(tokens)].float() / temperature).log_softmax(-1)
+    values, index = scores.topk(min(k, scores.shape[-1]), dim=-1)
+    return [
+        list(zip(row_i, row_v, strict=True))
+        for row_i, row_v in zip(index.tolist(), values.tolist(), strict=True)
+    ]
+
+
+def forced_tool_prefix(
+    tokenizer: Any, tools: Sequence[Mapping[str, Any]], name: str | None
+) -> str | None:
+    """The text the chat template writes at the start of an assistant turn that calls
+    ``name`` (through ``"arguments": ``), or, with ``name`` None, up to the opening of the
+    call object (``<tool_call>`` for Qwen-style templates). None when the template does not
+    render a call in a form that can be cut this way."""
+    tools = [dict(t) for t in tools]
+    probe_name = name or tools[0]["function"]["name"]
+    messages = [{"role": "user", "content": "x"}]
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call_probe",
+                "type": "function",
+                "function": {"name": probe_name, "arguments": _PROBE_ARGUMENTS},
+            }
+        ],
+    }
+    try:
+        header = apply_chat_template(tokenizer, messages, tools=tools, add_generation_prompt=True)
+        turn = apply_chat_template(
+            tokenizer, [*messages, call], tools=tools, add_generation_prompt=False
+        )
+    except Exception:
+        return None
+    if not turn.startswith(header):
+        return None
+    turn = turn[len(header) :]
+    at_name = turn.find(json.dumps(probe_name))
+    at_args = turn.find(_PROBE_ARGUMENTS)
+    if at_name < 0 or at_args < at_name:
+        return None
+    if name is not None:
+        return turn[:at_args]
+    opening = turn.rfind("{", 0, at_name)
+    prefix = turn[:opening] if opening >= 0 else ""
+    return prefix if prefix.strip() else None
 
 
 def _first_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
@@ -643,116 +827,14 @@ def _bypass_proxy_for_loopback() -> None:
             logger.info("added %s to %s so agent requests bypass the proxy", missing, var)
 
 
-# -- HTTP ------------------------------------------------------------------------------------
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: type, owner: AgentServer) -> None:
-        self.owner = owner
-        self._connections: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._lock:
-            self._connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._lock:
-            self._connections.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        """Close kept-alive client connections so their handler threads end now."""
-        with self._lock:
-            connections = list(self._connections)
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        logger.debug("agent endpoint: error while handling %s", client_address, exc_info=True)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _HTTPServer
-    timeout = 600  # idle keep-alive connections are closed after this many seconds
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("agent endpoint: " + format, *args)
-
-    def _send(self, status: int, payload: Mapping[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _read_body(self) -> bytes:
-        length = self.headers.get("Content-Length")
-        if length is None:
-            if self.headers.get("Transfer-Encoding"):
-                self.close_connection = True
-                raise RequestError(411, "send the body with a Content-Length header")
-            return b""
-        if not length.isdigit() or int(length) > MAX_BODY_BYTES:
-            self.close_connection = True
-            raise RequestError(413, f"the request body must be at most {MAX_BODY_BYTES} bytes")
-        return self.rfile.read(int(length))
-
-    def _route(self, method: str, raw: bytes) -> tuple[int, dict[str, Any]]:
-        owner = self.server.owner
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path == "/v1/models" or path.startswith("/v1/models/"):
-            expected = "GET"
-        elif path == "/v1/chat/completions":
-            expected = "POST"
-        else:
-            raise RequestError(
-                404, f"unknown path {path!r}; served: /v1/models, /v1/chat/completions"
-            )
-        owner.check_auth(self.headers.get("Authorization"))
-        if method != expected:
-            raise RequestError(405, f"{path} takes {expected}, not {method}")
-        if path == "/v1/models":
-            return 200, owner.models_payload()
-        if path.startswith("/v1/models/"):
-            name = path.rsplit("/", 1)[1]
-            if name != owner.model_name:
-                raise RequestError(404, f"no model {name!r}", param="model")
-            return 200, owner.models_payload()["data"][0]
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RequestError(400, f"the request body is not valid JSON: {exc}") from exc
-        return owner.complete(body)
-
-    def _handle(self, method: str) -> None:
-        try:
-            status, payload = self._route(method, self._read_body())
-        except RequestError as exc:
-            status, payload = exc.status, exc.payload()
-        except Exception as exc:
-            logger.exception("agent endpoint: unexpected error")
-            status, payload = 500, error_payload(repr(exc), kind="server_error")
-        self._send(status, payload)
-
-    def do_GET(self) -> None:
-        self._handle("GET")
-
-    def do_POST(self) -> None:
-        self._handle("POST")
-
-
 __all__ = [
+    "MAX_BODY_BYTES",
     "AgentServer",
+    "Job",
     "RequestError",
     "ServedChoice",
     "ServedCompletion",
-    "normalize_message",
+    "forced_tool_prefix",
+    "longest_token_chars",
+    "token_bytes",
 ]

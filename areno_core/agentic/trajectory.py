@@ -1,8 +1,9 @@
 """Turn the chat-completion turns of one agentic sample into one training row.
 
-Every turn carries (in its response's ``areno`` extension field, or in the endpoint's record of
-that response) the exact prompt token ids the engine ran and the tokens it sampled with their
-logprobs. The row is built turn by turn:
+Every turn names a response of the endpoint, whose record holds the exact prompt token ids the
+engine ran and the tokens it sampled with their logprobs. The row is built from those records,
+never from the agent's copy of the token data (a copy that differs from the record makes the
+turn, and so its sample, invalid: :class:`TurnMismatchError`). The row is built turn by turn:
 
 * it starts with the first turn's prompt (mask 0);
 * each turn's sampled tokens are appended with mask 1 and their rollout logprobs;
@@ -32,7 +33,7 @@ from typing import Any
 import attrs
 import torch
 
-from areno_core.agentic.server import ServedChoice, ServedCompletion
+from areno_core.agentic.records import ServedChoice, ServedCompletion
 from areno_core.agentic.types import AgentItem, AgentTrajectoryTurn
 from areno_core.errors import UserCodeError
 from areno_core.log import get_logger, warn_once
@@ -48,6 +49,11 @@ class AgentTurnError(UserCodeError):
     """A turn returned by an agent cannot be turned into tokens."""
 
 
+class TurnMismatchError(AgentTurnError):
+    """A turn does not match what the endpoint served: an unknown response, or token data that
+    differs from the endpoint's record of it. The sample is dropped, not trained on."""
+
+
 @attrs.frozen
 class TurnTokens:
     """The token view of one turn: what the engine ran and what it sampled."""
@@ -60,6 +66,7 @@ class TurnTokens:
     prompt_spans: tuple[Mapping[str, Any], ...] = ()
     response_id: str | None = None
     prefix_reused: bool = False
+    choice_index: int = 0
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
@@ -69,30 +76,85 @@ def _as_dict(value: Any) -> dict[str, Any]:
     if callable(dump):
         return dict(dump())
     raise AgentTurnError(
-        f"a turn's response must be the endpoint's chat.completion (object or dict), got "
-        f"{type(value).__name__}"
+        "a turn's response must be the endpoint's chat.completion (object or dict), one of "
+        f"its stream chunks, or its id; got {type(value).__name__}"
     )
+
+
+def response_reference(turn: AgentTrajectoryTurn) -> tuple[str | None, Mapping[str, Any] | None]:
+    """``(response id, the agent's copy of the choice)`` of a turn; the copy is None when the
+    turn gives only the id (a string) or a stream chunk without that choice."""
+    response = turn.response
+    if isinstance(response, str):
+        return response, None
+    data = _as_dict(response)
+    rid = data.get("id")
+    choices = [_as_dict(c) for c in data.get("choices") or ()]
+    chosen = [c for c in choices if c.get("index") == turn.choice_index]
+    if not chosen and data.get("object") != "chat.completion.chunk":
+        if not 0 <= turn.choice_index < len(choices):
+            raise AgentTurnError(
+                f"turn of sample {turn.item.key}: choice_index {turn.choice_index} but the "
+                f"response has {len(choices)} choice(s)"
+            )
+        chosen = [choices[turn.choice_index]]
+    return (str(rid) if rid is not None else None), (chosen[0] if chosen else None)
+
+
+def _copy_problem(copy: Mapping[str, Any], served: ServedChoice) -> str | None:
+    """How the agent's ``areno`` data differs from the record (None: it does not)."""
+    fields = (
+        ("prompt_token_ids", served.prompt_token_ids),
+        ("token_ids", served.token_ids),
+        ("logprobs", served.logprobs),
+    )
+    for name, recorded in fields:
+        given = copy.get(name)
+        if given is None:
+            continue
+        try:
+            same = tuple(given) == tuple(recorded)
+        except TypeError:
+            same = False
+        if not same:
+            return f"its '{name}' differ from what the endpoint served"
+    return None
 
 
 def turn_tokens(
     turn: AgentTrajectoryTurn, records: Mapping[str, ServedCompletion] | None = None
 ) -> TurnTokens:
-    """Read a turn's tokens from its response's ``areno`` field, or from ``records`` (the
-    endpoint's record by response id) when the response lost that field."""
-    response = _as_dict(turn.response)
-    choices = response.get("choices") or []
+    """The tokens of one turn.
+
+    With ``records`` (the endpoint's records by response id, as ``collect_agentic_groups``
+    passes them), the tokens come from the record of the turn's response, never from the
+    agent's copy; a response the endpoint did not serve, or an ``areno`` copy whose token ids
+    or logprobs differ from the record, raises :class:`TurnMismatchError`. Without
+    ``records`` the response's ``areno`` field is read as is (for tests and offline use).
+    """
+    rid, copy = response_reference(turn)
     index = turn.choice_index
-    if not 0 <= index < len(choices):
-        raise AgentTurnError(
-            f"turn of sample {turn.item.key}: choice_index {index} but the response has "
-            f"{len(choices)} choice(s)"
-        )
-    choice = _as_dict(choices[index])
-    extension = choice.get("areno")
-    if extension is None and records is not None:
-        record = records.get(str(response.get("id")))
-        if record is not None and index < len(record.choices):
-            extension = record.choices[index].extension()
+    extension = copy.get("areno") if copy is not None else None
+    if records is not None:
+        record = records.get(str(rid)) if rid is not None else None
+        if record is None:
+            raise TurnMismatchError(
+                f"turn of sample {turn.item.key}: response {rid!r} was not served by this "
+                "step's endpoint"
+            )
+        if not 0 <= index < len(record.choices):
+            raise TurnMismatchError(
+                f"turn of sample {turn.item.key}: choice_index {index} but response {rid!r} "
+                f"had {len(record.choices)} choice(s)"
+            )
+        served = record.choices[index]
+        if isinstance(extension, Mapping):
+            problem = _copy_problem(extension, served)
+            if problem is not None:
+                raise TurnMismatchError(
+                    f"turn of sample {turn.item.key}: response {rid!r} was changed: {problem}"
+                )
+        return served_turn_tokens(served, rid)
     if not isinstance(extension, Mapping):
         raise AgentTurnError(
             f"turn of sample {turn.item.key}: the response carries no 'areno' token data; "
@@ -107,22 +169,24 @@ def turn_tokens(
             f"turn of sample {turn.item.key}: malformed 'areno' data ({len(prompt)} prompt "
             f"tokens, {len(tokens)} tokens, {len(logprobs)} logprobs)"
         )
-    message = choice.get("message")
+    message = copy.get("message") if copy is not None else None
     return TurnTokens(
         prompt_ids=prompt,
         token_ids=tokens,
         logprobs=logprobs,
-        finish_reason=str(ext.get("finish_reason") or choice.get("finish_reason") or "stop"),
+        finish_reason=str(ext.get("finish_reason") or (copy or {}).get("finish_reason") or "stop"),
         message=_as_dict(message) if message is not None else {"role": "assistant"},
         prompt_spans=tuple(dict(s) for s in ext.get("prompt_spans") or ()),
-        response_id=response.get("id"),
+        response_id=rid,
         prefix_reused=bool(ext.get("prefix_reused", False)),
+        choice_index=index,
     )
 
 
 def served_turn_tokens(choice: ServedChoice, response_id: str | None = None) -> TurnTokens:
     """:class:`TurnTokens` straight from an endpoint record."""
     return TurnTokens(
+        choice_index=choice.index,
         prompt_ids=choice.prompt_token_ids,
         token_ids=choice.token_ids,
         logprobs=choice.logprobs,
@@ -460,10 +524,12 @@ def trajectory_record(
 __all__ = [
     "AgentTurnError",
     "Scorer",
+    "TurnMismatchError",
     "TurnTokens",
     "build_trajectory",
     "fill_logprobs",
     "model_scorer",
+    "response_reference",
     "served_turn_tokens",
     "trajectory_record",
     "turn_tokens",

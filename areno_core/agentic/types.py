@@ -74,10 +74,15 @@ class AgentContext:
         """Run ``await fn(item)`` for every sample of ``batch`` concurrently.
 
         At most ``max_concurrency`` (default: ``self.max_concurrency``) samples run at once and
-        each gets ``timeout_s`` seconds (default: ``self.timeout_s``). A sample that raises or
-        times out becomes an :class:`AgentFailure` instead of failing the whole batch. Results
-        are returned in batch order; ``fn`` may return a turn, a trajectory, an iterable of
-        them, or None (the sample produced nothing).
+        each gets ``timeout_s`` seconds (default: ``self.timeout_s``). A sample that raises,
+        times out or returns something else than a turn, a trajectory, a list of them or None
+        becomes an :class:`AgentFailure` instead of failing the whole batch. Results are
+        returned in batch order.
+
+        The per-sample timeout interrupts ``await`` points only: code that blocks the event
+        loop (``time.sleep``, a synchronous HTTP client, ``subprocess.run``) stalls every
+        sample until it returns. Run such calls with ``await asyncio.to_thread(...)``. The
+        deadline of the whole agent function holds regardless (see docs/agentic.md).
         """
         limit = asyncio.Semaphore(max(1, max_concurrency or self.max_concurrency))
         budget = self.timeout_s if timeout_s is None else timeout_s
@@ -94,10 +99,30 @@ class AgentContext:
                     result = AgentFailure(
                         item=item, kind="error", error="".join(traceback.format_exception(exc))
                     )
+            problem = result_problem(result)
+            if problem is not None:
+                result = AgentFailure(item=item, kind="error", error=f"the sample {problem}")
             self.finished.append(result)
             return result
 
         return list(await asyncio.gather(*(one(item) for item in batch.iter_samples())))
+
+
+def result_problem(value: Any) -> str | None:
+    """Why ``value`` is not something an agent may return for a sample (None when it is): a
+    turn, a trajectory, a failure, None, or a list or tuple of those."""
+    if value is None or isinstance(value, AgentTrajectoryTurn | AgentTrajectory | AgentFailure):
+        return None
+    if isinstance(value, list | tuple):
+        for entry in value:
+            problem = result_problem(entry)
+            if problem is not None:
+                return problem
+        return None
+    return (
+        f"returned a {type(value).__name__}; expected AgentTrajectoryTurn, AgentTrajectory, "
+        "AgentFailure, None, or a list of them"
+    )
 
 
 @attrs.frozen

@@ -261,8 +261,7 @@ def load_tokenizer(ref: str) -> PreTrainedTokenizerBase:
     if is_random_ref(ref):
         from areno_core.models.tokenizer import build_byte_tokenizer
 
-        parse_random_ref(ref)  # validate the reference even though the tokenizer is fixed
-        return build_byte_tokenizer()
+        return build_byte_tokenizer(parse_random_ref(ref).chat_template)
     tokenizer = _pretrained(ref, "tokenizer", AutoTokenizer.from_pretrained)
     return ensure_pad_token(tokenizer)
 

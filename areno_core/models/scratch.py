@@ -6,9 +6,11 @@ Reference syntax (usable anywhere a checkpoint is expected, e.g. ``--ckpt``)::
     random:qwen3-small                # a named preset
     random:qwen3-mini?seed=3          # preset plus overrides
     random:qwen3?hidden_size=128&num_hidden_layers=4&seed=0
+    random:qwen3?chat_template=chatml-compact   # tools rendered as one short line each
 
 The vocabulary is the byte-level tokenizer from :mod:`areno_core.models.tokenizer` (its length
-rounded up to a multiple of 8); the input and output embeddings are tied. Initialisation is
+rounded up to a multiple of 8), with the chat template ``chat_template`` names (``chatml`` by
+default, see ``CHAT_TEMPLATES`` there); the input and output embeddings are tied. Initialisation is
 deterministic for a given ``seed`` (default 0) and does not disturb the global torch RNG.
 """
 
@@ -98,6 +100,14 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _chat_template(text: str) -> str:
+    from areno_core.models.tokenizer import CHAT_TEMPLATES
+
+    if text not in CHAT_TEMPLATES:
+        raise ValueError(f"unknown chat template {text!r}")
+    return text
+
+
 # Override key -> (parser, description of a valid value).
 OVERRIDES: Mapping[str, tuple[Callable[[str], Any], str]] = {
     "hidden_size": (_positive_int, "a positive integer"),
@@ -112,7 +122,10 @@ OVERRIDES: Mapping[str, tuple[Callable[[str], Any], str]] = {
     "initializer_range": (_positive_float, "a positive number"),
     "tie_word_embeddings": (_parse_bool, "true or false"),
     "seed": (_non_negative_int, "a non-negative integer"),
+    "chat_template": (_chat_template, "'chatml' or 'chatml-compact'"),
 }
+# Overrides that are not architecture fields of the model config.
+_NOT_ARCHITECTURE = ("seed", "chat_template")
 
 
 @attrs.frozen
@@ -127,10 +140,16 @@ class RandomModelSpec:
     def seed(self) -> int:
         return int(self.overrides.get("seed", 0))
 
+    @property
+    def chat_template(self) -> str:
+        """The name of the byte tokenizer's chat template (``chatml`` unless overridden)."""
+        return str(self.overrides.get("chat_template", "chatml"))
+
     def architecture_kwargs(self) -> dict[str, Any]:
-        """The config fields of the preset with the overrides applied (``seed`` excluded)."""
+        """The config fields of the preset with the overrides applied (``seed`` and
+        ``chat_template`` excluded)."""
         kwargs: dict[str, Any] = dict(PRESETS[self.preset])
-        given = {k: v for k, v in self.overrides.items() if k != "seed"}
+        given = {k: v for k, v in self.overrides.items() if k not in _NOT_ARCHITECTURE}
         kwargs.update(given)
         # A changed width or head count moves head_dim with it unless head_dim is given.
         if "head_dim" not in given and ("hidden_size" in given or "num_attention_heads" in given):
@@ -208,7 +227,7 @@ def build_random_config(
     from areno_core.models.tokenizer import build_byte_tokenizer
 
     spec = parse_random_ref(ref) if isinstance(ref, str) else ref
-    tok = tokenizer if tokenizer is not None else build_byte_tokenizer()
+    tok = tokenizer if tokenizer is not None else build_byte_tokenizer(spec.chat_template)
     kwargs = spec.architecture_kwargs()
     eos_id = tok.eos_token_id
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos_id

@@ -82,12 +82,7 @@ CHAT_TEMPLATE = """\
     {%- if ns.system -%}
         {{- ns.system + '\\n\\n' -}}
     {%- endif -%}
-    {{- '# Tools\\n\\nYou can call these functions (JSON schemas, one per line):\\n' -}}
-    {%- for tool in tools -%}
-        {{- (tool | tojson) + '\\n' -}}
-    {%- endfor -%}
-    {{- '\\nTo call a function, answer with one line per call in exactly this form:\\n' -}}
-    {{- '<tool_call>{"name": "<function name>", "arguments": {<JSON arguments>}}</tool_call>' -}}
+    @TOOLS@
     {{- '<|im_end|>\\n' -}}
 {%- elif ns.first == 1 -%}
     {{- '<|im_start|>system\\n' + ns.system + '<|im_end|>\\n' -}}
@@ -124,6 +119,35 @@ CHAT_TEMPLATE = """\
     {%- endif -%}
 {%- endif -%}
 """
+_FULL_TOOLS = """\
+{{- '# Tools\\n\\nYou can call these functions (JSON schemas, one per line):\\n' -}}
+    {%- for tool in tools -%}
+        {{- (tool | tojson) + '\\n' -}}
+    {%- endfor -%}
+    {{- '\\nTo call a function, answer with one line per call in exactly this form:\\n' -}}
+    {{- '<tool_call>{"name": "<function name>", "arguments": {<JSON arguments>}}</tool_call>' -}}"""
+# One short line per tool, ``name(arg: type, ...)``: no descriptions, schemas or instructions.
+# For small models trained from scratch on short prompts (the byte tokenizer spends a token per
+# character); the calls themselves are written and parsed exactly as with the full template.
+_COMPACT_TOOLS = """\
+{{- 'tools:' -}}
+    {%- for tool in tools -%}
+        {%- set fn = tool.function if tool.function is defined else tool -%}
+        {%- set params = fn.parameters if fn.parameters is defined and fn.parameters else {} -%}
+        {%- set props = params.properties if params.properties is defined else {} -%}
+        {{- ' ' + fn.name + '(' -}}
+        {%- for name, spec in props.items() -%}
+            {{- name + (': ' + spec.type if spec is mapping and spec.type is string else '') -}}
+            {%- if not loop.last -%}{{- ', ' -}}{%- endif -%}
+        {%- endfor -%}
+        {{- ')' -}}
+    {%- endfor -%}"""
+_TEMPLATE = CHAT_TEMPLATE
+CHAT_TEMPLATE = _TEMPLATE.replace("@TOOLS@", _FULL_TOOLS)
+COMPACT_CHAT_TEMPLATE = _TEMPLATE.replace("@TOOLS@", _COMPACT_TOOLS)
+CHAT_TEMPLATES: dict[str, str] = {"chatml": CHAT_TEMPLATE, "chatml-compact": COMPACT_CHAT_TEMPLATE}
+"""Chat templates of the byte tokenizer by name: ``chatml`` (the default) and
+``chatml-compact`` (tools as one short line each)."""
 
 
 @cache
@@ -149,14 +173,19 @@ def byte_to_unicode() -> dict[int, str]:
     return table
 
 
-def build_byte_tokenizer() -> PreTrainedTokenizerFast:
+def build_byte_tokenizer(chat_template: str = "chatml") -> PreTrainedTokenizerFast:
     """Build the areno byte-level tokenizer.
 
     Ids 0-255 are the raw bytes (id == byte value); the special tokens follow in the order of
     :data:`SPECIAL_TOKENS` (``<|endoftext|>`` = 256 is the pad token, ``<|im_end|>`` = 258 the
     eos token). There is no BOS token and no unknown token (every byte is in the vocabulary).
-    The ChatML :data:`CHAT_TEMPLATE` is attached.
+    The chat template is one of :data:`CHAT_TEMPLATES` (the ChatML :data:`CHAT_TEMPLATE` by
+    default).
     """
+    if chat_template not in CHAT_TEMPLATES:
+        raise ValueError(
+            f"unknown chat template {chat_template!r}; known: {', '.join(CHAT_TEMPLATES)}"
+        )
     vocab = {char: byte for byte, char in byte_to_unicode().items()}
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False))
     # No regex split: with no merges the pieces would not change, and skipping it is faster.
@@ -171,13 +200,15 @@ def build_byte_tokenizer() -> PreTrainedTokenizerFast:
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
         additional_special_tokens=[IM_START],
-        chat_template=CHAT_TEMPLATE,
+        chat_template=CHAT_TEMPLATES[chat_template],
         padding_side="right",
     )
 
 
 __all__ = [
     "CHAT_TEMPLATE",
+    "CHAT_TEMPLATES",
+    "COMPACT_CHAT_TEMPLATE",
     "CONTROL_TOKENS",
     "EOS_TOKEN",
     "IM_END",

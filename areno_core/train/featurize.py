@@ -28,10 +28,11 @@ def _encode(
     max_new_tokens: int,
     disable_thinking: bool,
     stats: FeaturizeStats,
+    tools: Any = None,
 ) -> tuple[list[int], list[int]] | None:
     try:
         ids, mask = encode_sft_example(
-            tokenizer, prompt, response, disable_thinking=disable_thinking
+            tokenizer, prompt, response, disable_thinking=disable_thinking, tools=tools or None
         )
     except DatasetError as exc:
         raise DatasetError(f"row {stats.rows - 1}: {exc}") from exc
@@ -66,6 +67,7 @@ def sft_trajectories(
             max_new_tokens=max_new_tokens,
             disable_thinking=disable_thinking,
             stats=stats,
+            tools=row.get("tools"),
         )
         if encoded is None:
             continue

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -329,3 +331,197 @@ def test_resolve_agent_fn_from_file_and_registry(tmp_path: Path) -> None:
         resolve_agent_fn(f"{path}:blocking", _Registry({}))
     with pytest.raises(UserCodeError, match="no function 'missing'"):
         resolve_agent_fn(f"{path}:missing", _Registry({}))
+
+
+# -- trust: rows come from what the endpoint served -------------------------------------------
+
+
+async def _ask(client: openai.AsyncOpenAI, ctx: AgentContext, messages: Any) -> Any:
+    return await client.chat.completions.create(model=ctx.model, messages=messages)
+
+
+def test_collect_forged_token_ids_drop_the_sample_and_count_it(
+    byte_tokenizer: Any, scripted
+) -> None:
+    engine = scripted(byte_tokenizer, "fine")
+
+    async def play(client: openai.AsyncOpenAI, ctx: AgentContext, item: AgentItem) -> Any:
+        reply = await _ask(client, ctx, item.messages)
+        response: Any = reply
+        if item.key == (10, 0):
+            response = reply.model_dump()
+            response["choices"][0]["areno"]["token_ids"][0] = byte_tokenizer.encode("X")[0]
+        return AgentTrajectoryTurn(item=item, messages=item.messages, response=response)
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+        client = _client(ctx)
+        try:
+            return await ctx.run_each(batch, lambda item: play(client, ctx, item))
+        finally:
+            await client.close()
+
+    groups, metrics = _collect(engine, byte_tokenizer, agent)
+    kept = sorted((g.item.index, t.sample_index) for g in groups for t in g.trajectories)
+    assert kept == [(10, 1), (11, 0), (11, 1)]
+    assert metrics["rollout/agent_mismatches"] == 1.0
+    assert metrics["rollout/agent_errors"] == 0.0
+    fine = [*byte_tokenizer.encode("fine"), byte_tokenizer.eos_token_id]
+    assert all(t.input_ids[t.prompt_len :] == fine for g in groups for t in g.trajectories)
+
+
+def test_collect_one_response_reused_for_every_sample_fails_the_step(
+    byte_tokenizer: Any, scripted
+) -> None:
+    engine = scripted(byte_tokenizer, "fine")
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+        client = _client(ctx)
+        try:
+            items = list(batch.iter_samples())
+            reply = await _ask(client, ctx, items[0].messages)
+            return [AgentTrajectoryTurn(item, item.messages, reply) for item in items]
+        finally:
+            await client.close()
+
+    with pytest.raises(AgentError, match="is used by 4 turns"):
+        _collect(engine, byte_tokenizer, agent)
+
+
+def test_collect_response_to_another_prompt_or_unknown_id_is_dropped(
+    byte_tokenizer: Any, scripted
+) -> None:
+    engine = scripted(byte_tokenizer, "fine")
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+        client = _client(ctx)
+        try:
+            items = {item.key: item for item in batch.iter_samples()}
+            out = []
+            for key, item in items.items():
+                asked = items[(10, 0)].messages if key == (11, 0) else item.messages
+                reply = await _ask(client, ctx, asked)
+                response: Any = reply
+                if key == (11, 1):
+                    response = {**reply.model_dump(), "id": "chatcmpl-made-up"}
+                out.append(AgentTrajectoryTurn(item, item.messages, response))
+            return out
+        finally:
+            await client.close()
+
+    groups, metrics = _collect(engine, byte_tokenizer, agent)
+    assert [(g.item.index, [t.sample_index for t in g.trajectories]) for g in groups] == [
+        (10, [0, 1])
+    ]
+    assert metrics["rollout/agent_mismatches"] == 2.0
+
+
+def test_collect_turn_given_as_response_id_of_a_stream_trains(
+    byte_tokenizer: Any, scripted
+) -> None:
+    engine = scripted(byte_tokenizer, "streamed")
+
+    async def play(client: openai.AsyncOpenAI, ctx: AgentContext, item: AgentItem) -> Any:
+        stream = await client.chat.completions.create(
+            model=ctx.model, messages=item.messages, stream=True
+        )
+        chunks = [chunk async for chunk in stream]
+        response = chunks[-1] if item.sample_index == 0 else chunks[-1].id
+        return AgentTrajectoryTurn(item=item, messages=item.messages, response=response)
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+        client = _client(ctx)
+        try:
+            return await ctx.run_each(batch, lambda item: play(client, ctx, item))
+        finally:
+            await client.close()
+
+    groups, metrics = _collect(engine, byte_tokenizer, agent)
+    assert metrics["rollout/samples"] == 4.0 and metrics["rollout/agent_mismatches"] == 0.0
+    expected = [*byte_tokenizer.encode("streamed"), byte_tokenizer.eos_token_id]
+    assert all(t.input_ids[t.prompt_len :] == expected for g in groups for t in g.trajectories)
+
+
+# -- faults: one bad sample, blocking code ----------------------------------------------------
+
+
+def test_collect_one_sample_of_wrong_type_does_not_abort_the_step(
+    byte_tokenizer: Any, scripted
+) -> None:
+    engine = scripted(byte_tokenizer, "fine")
+
+    async def play(client: openai.AsyncOpenAI, ctx: AgentContext, item: AgentItem) -> Any:
+        reply = await _ask(client, ctx, item.messages)
+        if item.key == (10, 0):
+            return {"messages": item.messages, "response": reply}  # not a turn
+        return AgentTrajectoryTurn(item=item, messages=item.messages, response=reply)
+
+    async def each(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+        client = _client(ctx)
+        try:
+            return await ctx.run_each(batch, lambda item: play(client, ctx, item))
+        finally:
+            await client.close()
+
+    async def loose(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+        client = _client(ctx)
+        try:
+            out: list[Any] = ["a stray string"]
+            for item in list(batch.iter_samples())[1:]:
+                reply = await _ask(client, ctx, item.messages)
+                out.append(AgentTrajectoryTurn(item, item.messages, reply))
+            return out
+        finally:
+            await client.close()
+
+    for agent, bad in ((each, 0.0), (loose, 1.0)):
+        _groups, metrics = _collect(engine, byte_tokenizer, agent)
+        assert metrics["rollout/samples"] == 3.0
+        assert metrics["rollout/agent_errors"] == 1.0  # sample (10, 0)
+        assert metrics["rollout/agent_bad_results"] == bad
+
+
+def test_collect_blocking_agent_is_abandoned_at_its_deadline(byte_tokenizer: Any, scripted) -> None:
+    engine = scripted(byte_tokenizer, "fine")
+    release = threading.Event()
+
+    async def play(client: openai.AsyncOpenAI, ctx: AgentContext, item: AgentItem) -> Any:
+        if item.key == (11, 1):
+            await asyncio.sleep(0.5)  # let the other samples finish first
+            release.wait(60)  # blocking: no await point, so wait_for cannot interrupt it
+        reply = await _ask(client, ctx, item.messages)
+        return AgentTrajectoryTurn(item=item, messages=item.messages, response=reply)
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+        client = _client(ctx)
+        try:
+            return await ctx.run_each(batch, lambda item: play(client, ctx, item))
+        finally:
+            await client.close()
+
+    started = time.monotonic()
+    try:
+        _groups, metrics = _collect(engine, byte_tokenizer, agent, timeout_s=2.0)
+    finally:
+        release.set()
+    assert time.monotonic() - started < 12.0  # 2 s deadline + 2 s grace + setup
+    assert metrics["rollout/samples"] == 3.0
+    assert metrics["rollout/agent_abandoned"] == 1.0
+    assert metrics["rollout/agent_timeouts"] == 1.0
+    assert metrics["rollout/agent_blocked_s"] > 1.0
+
+
+def test_collect_stops_when_abandoned_agents_pile_up(
+    byte_tokenizer: Any, scripted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from areno_core.agentic import runner
+
+    stuck = threading.Event()
+    threads = [threading.Thread(target=stuck.wait, daemon=True) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    monkeypatch.setattr(runner, "_abandoned", list(threads))
+    try:
+        with pytest.raises(AgentError, match="3 earlier agent runs ignored their deadline"):
+            _collect(scripted(byte_tokenizer, "fine"), byte_tokenizer, two_turn_agent)
+    finally:
+        stuck.set()

@@ -119,13 +119,6 @@ def test_chat_with_wrong_key_raises_authentication_error(tiny_policy: Any) -> No
         assert server.records == {}
 
 
-def test_chat_with_stream_true_returns_400(tiny_policy: Any) -> None:
-    _model, tokenizer, engine = tiny_policy
-    server = _server(engine, tokenizer)
-    with server, pytest.raises(openai.BadRequestError, match="streaming is not supported"):
-        _client(server).chat.completions.create(model="policy", messages=MESSAGES, stream=True)
-
-
 def test_disable_thinking_prompt_ends_with_empty_think_block(byte_tokenizer: Any, scripted) -> None:
     engine = scripted(byte_tokenizer, "ok")
     with _server(engine, byte_tokenizer, disable_thinking=True) as server:
@@ -266,7 +259,9 @@ def test_raw_requests_with_bad_path_or_body_return_errors(byte_tokenizer: Any, s
         assert status == 404 and payload["error"]["type"] == "not_found_error"
         status, payload = _raw(server, "POST", "/v1/chat/completions", b"{not json")
         assert status == 400 and "not valid JSON" in payload["error"]["message"]
-        status, payload = _raw(server, "POST", "/v1/chat/completions", b'{"messages": []}')
+        status, payload = _raw(
+            server, "POST", "/v1/chat/completions", b'{"model": "policy", "messages": []}'
+        )
         assert status == 400 and payload["error"]["param"] == "messages"
         status, payload = _raw(server, "GET", "/v1/chat/completions")
         assert status == 405

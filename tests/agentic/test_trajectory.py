@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from areno_core.agentic.server import ServedChoice, ServedCompletion
+from areno_core.agentic.records import ServedChoice, ServedCompletion
 from areno_core.agentic.trajectory import (
     AgentTurnError,
     TurnTokens,

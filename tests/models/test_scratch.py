@@ -147,3 +147,18 @@ def test_random_ref_heads_not_multiple_of_kv_heads_raises() -> None:
 def test_random_ref_hidden_not_divisible_by_heads_raises() -> None:
     with pytest.raises(ConfigError, match="not divisible"):
         build_random_config("random:qwen3?hidden_size=66")
+
+
+def test_random_ref_chat_template_picks_the_tokenizer_template_only() -> None:
+    from areno_core.models.loading import load_tokenizer
+    from areno_core.models.tokenizer import CHAT_TEMPLATE, COMPACT_CHAT_TEMPLATE
+
+    spec = parse_random_ref("random:qwen3?hidden_size=128&chat_template=chatml-compact")
+    assert spec.chat_template == "chatml-compact"
+    assert "chat_template" not in spec.architecture_kwargs()
+    assert load_tokenizer("random:qwen3?chat_template=chatml-compact").chat_template == (
+        COMPACT_CHAT_TEMPLATE
+    )
+    assert load_tokenizer("random:qwen3").chat_template == CHAT_TEMPLATE
+    with pytest.raises(ConfigError, match="bad value 'x' for 'chat_template'"):
+        parse_random_ref("random:qwen3?chat_template=x")

@@ -211,3 +211,31 @@ def test_chat_template_reasoning_and_content_parts_rendered(
         "<|im_start|>user\nab<|im_end|>\n"
         "<|im_start|>assistant\n<think>\nthink\n</think>\n\nok<|im_end|>\n"
     )
+
+
+def test_compact_template_renders_each_tool_as_one_short_line() -> None:
+    tok = build_byte_tokenizer("chatml-compact")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3?"}]
+    text = tok.apply_chat_template(messages, tools=[ADD_TOOL], tokenize=False)
+    assert text == (
+        "<|im_start|>system\nBe brief.\n\ntools: add(a: integer, b: integer)<|im_end|>\n"
+        "<|im_start|>user\n2+3?<|im_end|>\n"
+    )
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 2}}}],
+    }
+    full = tok.apply_chat_template([*messages, call], tools=[ADD_TOOL], tokenize=False)
+    default = build_byte_tokenizer().apply_chat_template(
+        [*messages, call], tools=[ADD_TOOL], tokenize=False
+    )
+    # calls and everything after the system turn are written exactly as by the default template
+    tail = '<|im_start|>assistant\n<tool_call>{"name": "add", "arguments": {"a": 2}}</tool_call>'
+    assert tail in full and tail in default
+    assert full.split("<|im_end|>\n", 1)[1] == default.split("<|im_end|>\n", 1)[1]
+
+
+def test_build_byte_tokenizer_unknown_template_raises_listing_known() -> None:
+    with pytest.raises(ValueError, match="unknown chat template 'fancy'.*chatml, chatml-compact"):
+        build_byte_tokenizer("fancy")

@@ -153,3 +153,28 @@ def test_runner_algorithm_without_smoke_recipe_is_a_missing_row(install_areno_pl
     missing = [r for r in rows if r.status == "missing"]
     assert "toy" in {r.algo for r in missing}
     assert all(not r.passed for r in missing)
+
+
+def _history(run, rewards):
+    metrics = run / "tensorboard"
+    metrics.mkdir(parents=True)
+    lines = [
+        json.dumps({"step": i + 1, "rollout/reward_mean": r, "train/loss": 0.1})
+        for i, r in enumerate(rewards)
+    ]
+    (metrics / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return run
+
+
+def test_agentic_smoke_gate_fails_when_the_reward_does_not_move(registry, tmp_path):
+    pytest.importorskip("areno_recipes_agentic")
+    from areno_core.gates import check_run
+
+    recipes = {r.name: r for r in smoke_recipes(registry, "agentic")}
+    learning = recipes["agentic/tictactoe-cpu-smoke"]
+    (rises,) = [g for g in learning.gates if g.kind == "rises"]
+    assert rises.metric == "rollout/reward_mean" and rises.threshold > 0
+    flat = _history(tmp_path / "flat", [0.42, 0.44, 0.43, 0.41, 0.44, 0.42])
+    rising = _history(tmp_path / "rising", [0.40, 0.42, 0.45, 0.47, 0.50, 0.52])
+    assert not check_run([rises], flat).passed
+    assert check_run([rises], rising).passed

@@ -9,13 +9,14 @@ from areno_recipes_agentic.duelgrid.reward import duelgrid_reward_fn
 from areno_recipes_agentic.recipes import RECIPES
 from areno_recipes_agentic.tictactoe.agent import run_agent as tictactoe_agent
 from areno_recipes_agentic.tictactoe.agent import run_agent_with_retry as tictactoe_retry_agent
-from areno_recipes_agentic.tictactoe.loader import tictactoe_loader
+from areno_recipes_agentic.tictactoe.loader import tictactoe_loader, tictactoe_sft_loader
 from areno_recipes_agentic.tictactoe.reward import tictactoe_reward_fn
 
 
 @hookimpl
 def register_dataset_loaders(register):  # type: ignore[no-untyped-def]
     register("tictactoe", tictactoe_loader)
+    register("tictactoe_sft", tictactoe_sft_loader)
     register("duelgrid", duelgrid_loader)
 
 

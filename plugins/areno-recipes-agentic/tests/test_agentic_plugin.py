@@ -15,7 +15,7 @@ from areno_recipes_agentic.recipes import RECIPES
 from areno_recipes_agentic.tictactoe.agent import run_agent as tictactoe_agent
 from areno_recipes_agentic.tictactoe.agent import run_agent_with_retry
 from areno_recipes_agentic.tictactoe.generate import generate_positions
-from areno_recipes_agentic.tictactoe.loader import tictactoe_loader
+from areno_recipes_agentic.tictactoe.loader import tictactoe_loader, tictactoe_sft_loader
 from areno_recipes_agentic.tictactoe.reward import tictactoe_reward_fn
 
 from areno_core import hookspecs
@@ -43,6 +43,7 @@ def _collect(hook: str) -> dict[str, Any]:
 def test_plugin_register_dataset_loaders_gives_both_games() -> None:
     assert _collect("register_dataset_loaders") == {
         "tictactoe": tictactoe_loader,
+        "tictactoe_sft": tictactoe_sft_loader,
         "duelgrid": duelgrid_loader,
     }
 
@@ -69,6 +70,8 @@ def test_plugin_register_recipes_gives_gpu_and_cpu_recipes() -> None:
         "agentic/duelgrid-cpu",
         "agentic/tictactoe",
         "agentic/tictactoe-cpu",
+        "agentic/tictactoe-cpu-sft",
+        "agentic/tictactoe-cpu-smoke",
     ]
 
 

@@ -112,6 +112,21 @@ def test_tictactoe_agent_single_turn_one_turn_per_sample(fake_openai: Any) -> No
     assert tictactoe_reward_fn(_final_record(results[0])) == 1.0
 
 
+def test_tictactoe_agent_sends_the_rows_tools_and_tool_choice(fake_openai: Any) -> None:
+    server = fake_openai(_square(3))
+    rows = [
+        tictactoe_loader({"board": WIN_NOW, "style": "compact", "tool_choice": "choose_square"}),
+        tictactoe_loader({"board": WIN_NOW, "tool_choice": "required"}),
+        tictactoe_loader({"board": WIN_NOW}),
+    ]
+    _run(tictactoe_agent, _ctx(server), _batch(rows))
+    forced, required, plain = server.requests
+    assert forced["tools"] == [choose_square_tool(compact=True)]
+    assert forced["tool_choice"] == {"type": "function", "function": {"name": "choose_square"}}
+    assert required["tool_choice"] == "required"
+    assert "tool_choice" not in plain
+
+
 def test_tictactoe_agent_text_mode_sends_no_tools(fake_openai: Any) -> None:
     server = fake_openai(lambda body: {"content": "<move>3</move>"})
     row = tictactoe_loader({"board": WIN_NOW, "mode": "text"})

@@ -21,6 +21,11 @@ from areno_recipes_agentic.recipes import (
     RECIPES,
     TICTACTOE,
     TICTACTOE_CPU,
+    TICTACTOE_CPU_EVAL,
+    TICTACTOE_CPU_SFT,
+    TICTACTOE_CPU_SMOKE,
+    TICTACTOE_MODEL,
+    TICTACTOE_WARMSTART,
 )
 from areno_recipes_agentic.tictactoe.game import legal_moves
 from areno_recipes_agentic.tictactoe.generate import generate_positions
@@ -39,44 +44,84 @@ def _rows(recipe_dataset: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_recipes_metadata_public_gpu_internal_cpu() -> None:
+def test_recipes_metadata_public_gpu_cpu_and_internal_smoke() -> None:
     for recipe in (TICTACTOE, DUELGRID):
         assert recipe.visibility == "public"
         assert recipe.checkpoint == "Qwen/Qwen3-0.6B"
         assert recipe.hardware.device == "cuda" and recipe.hardware.min_gpus == 1
         assert recipe.hardware.min_gpu_memory_gb == 24
         assert recipe.defaults["disable_thinking"] is True
-    for recipe in (TICTACTOE_CPU, DUELGRID_CPU):
-        assert recipe.visibility == "internal"
-        assert recipe.checkpoint is not None and recipe.checkpoint.startswith("random:qwen3-tiny")
-        assert recipe.hardware.device == "cpu"
-        assert recipe.defaults["max_steps"] == 2
-    for recipe in RECIPES:
         assert recipe.algorithms == ("gspo", "grpo")
+    assert DUELGRID_CPU.visibility == "internal"
+    assert DUELGRID_CPU.checkpoint is not None
+    assert DUELGRID_CPU.checkpoint.startswith("random:qwen3-tiny")
+    assert DUELGRID_CPU.defaults["max_steps"] == 2
+    for recipe in (TICTACTOE_CPU, TICTACTOE_CPU_SMOKE):
+        assert recipe.checkpoint == TICTACTOE_WARMSTART
+        assert recipe.hardware.device == "cpu"
+        assert recipe.algorithms[0] == "grpo"
+        assert ("rises", "rollout/reward_mean") in {(g.kind, g.metric) for g in recipe.gates}
+    assert TICTACTOE_CPU.visibility == "public" and TICTACTOE_CPU_SMOKE.visibility == "internal"
+    assert TICTACTOE_CPU_SMOKE.defaults["max_steps"] < TICTACTOE_CPU.defaults["max_steps"]
+    assert TICTACTOE_CPU_SFT.algorithms == ("sft",)
+    assert TICTACTOE_CPU_SFT.checkpoint == TICTACTOE_MODEL
+    for recipe in RECIPES:
         assert recipe.pack == "agentic"
         kinds = {(g.kind, g.metric) for g in recipe.gates}
-        assert ("metric_exists", "rollout/reward_mean") in kinds
         assert ("finite", "train/loss") in kinds
-        assert ("checkpoint_loadable", None) in kinds
-        assert "rollout/reward_mean" in recipe.expected_metrics
+        assert any(kind == "checkpoint_loadable" for kind, _ in kinds)
+        if recipe is not TICTACTOE_CPU_SFT:
+            assert ("metric_exists", "rollout/reward_mean") in kinds or any(
+                metric == "rollout/reward_mean" for _, metric in kinds
+            )
+            assert "rollout/reward_mean" in recipe.expected_metrics
 
 
 def test_recipes_names_resolve_in_installed_registry() -> None:
     registry = Registry(get_plugin_manager())
     public = {r.name for r in registry.recipes()}
-    assert {"agentic/tictactoe", "agentic/duelgrid"} <= public
-    assert "agentic/tictactoe-cpu" not in public
+    assert {
+        "agentic/tictactoe",
+        "agentic/duelgrid",
+        "agentic/tictactoe-cpu",
+        "agentic/tictactoe-cpu-sft",
+    } <= public
+    assert not {"agentic/tictactoe-cpu-smoke", "agentic/duelgrid-cpu"} & public
     for recipe in RECIPES:
         assert registry.recipe(recipe.name) is recipe
         for algo in recipe.algorithms:
             options = recipe.options_for(algo)
             assert Path(options["dataset_path"]).is_file()
             registry.get("dataset_loaders", options["dataset_loader_fn"])
-            registry.get("rewards", options["reward_fn_path"])
-            registry.get("agents", options["agent_fn"])
+            if recipe.agent is not None:
+                registry.get("rewards", options["reward_fn_path"])
+                registry.get("agents", options["agent_fn"])
         resolved = resolve_run({"recipe": recipe.name}, registry=registry, check_capabilities=False)
-        assert resolved.config.algo == "gspo"
+        default = "gspo" if "gspo" in recipe.algorithms else recipe.algorithms[0]
+        assert resolved.config.algo == default
         assert resolved.config.agent_fn == recipe.agent
+
+
+def test_tictactoe_cpu_data_and_warm_start_match_their_commands() -> None:
+    from areno_recipes_agentic.tictactoe.warmstart import sha256
+
+    train = _rows(TICTACTOE_CPU.dataset or "")
+    held_out = _rows(TICTACTOE_CPU_EVAL)
+    assert held_out == generate_positions(500, 11, style="compact", tool_choice="choose_square")
+    assert train == generate_positions(
+        3015,
+        12,
+        style="compact",
+        tool_choice="choose_square",
+        exclude={r["board"] for r in held_out},
+    )
+    assert not {r["board"] for r in train} & {r["board"] for r in held_out}
+    assert TICTACTOE_CPU_SFT.dataset == TICTACTOE_CPU.dataset
+    warm = Path(resolve_resource(TICTACTOE_WARMSTART))
+    provenance = json.loads((warm / "provenance.json").read_text())
+    assert provenance["source_step"] == f"step_{TICTACTOE_CPU_SFT.defaults['max_steps']}"
+    assert provenance["model_sha256"] == sha256(warm / "model.safetensors")
+    assert "tools:" in (warm / "chat_template.jinja").read_text()  # the compact template
 
 
 def test_recipe_datasets_match_documented_generator_commands() -> None:
@@ -144,17 +189,21 @@ def test_cpu_recipes_prompts_fit_their_token_limits() -> None:
     from areno_core.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer("random:qwen3-tiny")
+    warm = load_tokenizer(str(resolve_resource(TICTACTOE_WARMSTART)))
 
-    def length(messages: list[Any], tools: list[Any]) -> int:
-        text = tokenizer.apply_chat_template(
+    def length(messages: list[Any], tools: list[Any], tok: Any = tokenizer) -> int:
+        text = tok.apply_chat_template(
             messages, tools=tools, tokenize=False, add_generation_prompt=True
         )
-        return len(tokenizer.encode(text, add_special_tokens=False))
+        return len(tok.encode(text, add_special_tokens=False))
 
     limit = TICTACTOE_CPU.defaults["max_prompt_tokens"]
-    for row in _rows(TICTACTOE_CPU.dataset or "")[:32]:
-        loaded = tictactoe_loader(row)
-        assert length(loaded["prompt"], loaded["tools"]) + 16 <= min(limit, 2048)
+    longest = max(
+        length(loaded["prompt"], loaded["tools"], warm)
+        for loaded in map(tictactoe_loader, _rows(TICTACTOE_CPU.dataset or "")[:64])
+    )
+    # the forced call start (about 40 tokens) joins the prompt
+    assert longest + 48 <= limit and 100 <= longest <= 130
 
     new_tokens = DUELGRID_CPU.defaults["max_new_tokens"]
     longest = 0

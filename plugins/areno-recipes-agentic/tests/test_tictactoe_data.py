@@ -12,7 +12,14 @@ from areno_recipes_agentic.tictactoe.generate import (
     generate_positions,
     main,
 )
-from areno_recipes_agentic.tictactoe.loader import render_board, tictactoe_loader
+from areno_recipes_agentic.tictactoe.loader import (
+    compact_board,
+    render_board,
+    sft_target,
+    tictactoe_loader,
+    tictactoe_sft_loader,
+)
+from areno_recipes_agentic.tictactoe.tools import choose_square_tool
 
 from areno_core.errors import DatasetError
 
@@ -105,6 +112,8 @@ def test_tictactoe_loader_text_mode_asks_for_move_tag() -> None:
         ({"board": "XX.OO....", "optimal_moves": [6]}, "optimal_moves"),
         ({"board": "XX.OO....", "player": "O"}, "player"),
         ({"board": "XX.OO....", "mode": "voice"}, "mode"),
+        ({"board": "XX.OO....", "style": "tiny"}, "'style' must be one of"),
+        ({"board": "XX.OO....", "tool_choice": "resign"}, "'tool_choice' must be one of"),
     ],
 )
 def test_tictactoe_loader_bad_row_raises_dataset_error(row: dict, fragment: str) -> None:
@@ -116,3 +125,46 @@ def test_tictactoe_loader_every_generated_row_loads() -> None:
     for row in generate_positions(100, seed=2):
         out = tictactoe_loader(row)
         assert out["legal_moves"] == legal_moves(row["board"])
+
+
+def test_compact_style_is_one_short_user_message_with_compact_tool() -> None:
+    out = tictactoe_loader({"board": "XX.OO....", "style": "compact"})
+    assert out["prompt"] == [
+        {"role": "user", "content": "You play X.\nXX3\nOO6\n789\nCall choose_square."}
+    ]
+    assert out["tools"] == [choose_square_tool(compact=True)]
+    assert "description" not in json.dumps(out["tools"])
+    assert out["style"] == "compact"
+    assert compact_board("X...O...X") == "X23\n4O6\n78X"
+    assert tictactoe_loader({"board": "XX.OO...."})["style"] == "full"
+
+
+def test_sft_loader_response_calls_an_optimal_square_fixed_per_board() -> None:
+    rows = generate_positions(60, seed=4, style="compact")
+    for row in rows:
+        out = tictactoe_sft_loader(row)
+        (message,) = out["response"]
+        (call,) = message["tool_calls"]
+        square = call["function"]["arguments"]["square"]
+        assert square == sft_target(row) and square in row["optimal_moves"]
+        assert message["role"] == "assistant" and out["prompt"] == tictactoe_loader(row)["prompt"]
+    picks = {sft_target(r) for r in rows if len(r["optimal_moves"]) > 1}
+    assert len(picks) > 1  # not always the first optimal square
+    text = tictactoe_sft_loader({"board": "XX.OO....", "mode": "text"})
+    assert text["response"] == [{"role": "assistant", "content": "<move>3</move>"}]
+
+
+def test_generate_positions_exclude_and_style(tmp_path: Path) -> None:
+    held_out = tmp_path / "eval.jsonl"
+    assert main(["--output", str(held_out), "--count", "40", "--seed", "1"]) == 0
+    train = tmp_path / "train.jsonl"
+    args = ["--output", str(train), "--count", "50", "--seed", "2", "--style", "compact"]
+    args += ["--tool-choice", "choose_square"]
+    assert main([*args, "--exclude", str(held_out)]) == 0
+    evals = {json.loads(line)["board"] for line in held_out.read_text().splitlines()}
+    rows = [json.loads(line) for line in train.read_text().splitlines()]
+    assert len(rows) == 50 and not evals & {r["board"] for r in rows}
+    assert {r["style"] for r in rows} == {"compact"}
+    assert {r["tool_choice"] for r in rows} == {"choose_square"}
+    with pytest.raises(ValueError, match="style"):
+        generate_positions(1, seed=0, style="tiny")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -162,13 +164,95 @@ def test_web_ui_static_page_local_only(ui: Any) -> None:
     base, _ = ui(lambda state: {"role": "assistant", "content": ""})
     with urllib.request.urlopen(base + "/", timeout=10) as response:
         page = response.read().decode()
-        assert response.headers["Content-Security-Policy"] == "default-src 'self'"
+        assert response.headers["Content-Security-Policy"] == (
+            "default-src 'self'; frame-ancestors 'none'"
+        )
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert '<script src="/static/app.js"' in page
     static = resources.files("areno_recipes_agentic.duelgrid").joinpath("static")
     for name in ("index.html", "app.js", "style.css"):
         text = static.joinpath(name).read_text()
         assert not re.search(r"https?://|//cdn|@import", text), name
     assert _request(base, "/nowhere")[0] == 404
+
+
+def _raw(base: str, head: str, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+    """One raw HTTP exchange with the UI (headers as given); (status, headers, body)."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head.encode() + b"\r\n" + body)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    blob, _, payload = data.partition(b"\r\n\r\n")
+    lines = blob.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    return int(lines[0].split()[1]), headers, payload
+
+
+def _post_head(base: str, length: str, **headers: str) -> str:
+    fields = {
+        "Host": base.removeprefix("http://"),
+        "Content-Type": "application/json",
+        "Content-Length": length,
+        "Connection": "close",
+        **headers,
+    }
+    return "POST /api/new HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Content-Type": "text/plain"}, 415),  # a cross-site form or no-cors fetch
+        ({"Origin": "http://evil.example"}, 403),
+        ({"Sec-Fetch-Site": "cross-site"}, 403),
+        ({"Host": "evil.example:80"}, 403),  # DNS rebinding: the page's name is not ours
+    ],
+)
+def test_web_ui_cross_site_post_is_refused_and_changes_nothing(
+    ui: Any, headers: dict[str, str], status: int
+) -> None:
+    base, session = ui(lambda state: {"role": "assistant", "content": ""})
+    before = session.snapshot()["state"]
+    body = json.dumps({"seed": 5}).encode()
+    got, response_headers, payload = _raw(base, _post_head(base, str(len(body)), **headers), body)
+    assert got == status, payload
+    assert response_headers["x-content-type-options"] == "nosniff"
+    assert session.snapshot()["state"] == before
+
+
+def test_web_ui_rebound_host_cannot_read_state(ui: Any) -> None:
+    base, _ = ui(lambda state: {"role": "assistant", "content": ""})
+    status, _, payload = _raw(
+        base, "GET /api/state HTTP/1.1\r\nHost: attacker.example:8080\r\nConnection: close\r\n"
+    )
+    assert status == 403 and b"not served here" in payload
+    own = base.removeprefix("http://")
+    status, _, _ = _raw(base, f"GET /api/state HTTP/1.1\r\nHost: {own}\r\nConnection: close\r\n")
+    assert status == 200
+
+
+@pytest.mark.parametrize(
+    ("length", "body", "status"),
+    [("abc", b"{}", 400), ("-5", b"{}", 400), (str(10 * 1024 * 1024), b"", 413)],
+)
+def test_web_ui_bad_content_length_is_answered_not_dropped(
+    ui: Any, length: str, body: bytes, status: int
+) -> None:
+    base, _ = ui(lambda state: {"role": "assistant", "content": ""})
+    started = time.monotonic()
+    got, _, payload = _raw(base, _post_head(base, length), body)
+    assert got == status and "error" in json.loads(payload)
+    assert time.monotonic() - started < 5.0
+
+
+def test_web_ui_same_origin_post_from_the_page_is_served(ui: Any) -> None:
+    base, _ = ui(lambda state: {"role": "assistant", "content": ""})
+    body = json.dumps({"seed": 5}).encode()
+    head = _post_head(base, str(len(body)), Origin=base, **{"Sec-Fetch-Site": "same-origin"})
+    status, _, payload = _raw(base, head, body)
+    assert status == 200 and "seed 5" in json.loads(payload)["log"][0]["text"]
 
 
 @pytest.fixture

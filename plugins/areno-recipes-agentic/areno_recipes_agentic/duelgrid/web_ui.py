@@ -29,6 +29,15 @@ HTTP API (JSON in and out; errors are ``{"error": "..."}`` with a 4xx/5xx status
                           every turn) and continues the game from its end
 ========================  ===================================================================
 
+Requests from other sites are refused: a request must name this server in its ``Host`` header
+(``127.0.0.1``/``localhost`` and the bound address, on the bound port: DNS rebinding cannot
+reach it under another name), a POST must come from this page's own origin when it says where
+it comes from (``Origin``) and must be ``Content-Type: application/json`` (which a cross-site
+form or ``text/plain`` fetch cannot send without a CORS preflight this server never grants).
+Bodies are bounded (``MAX_BODY_BYTES``) and must arrive within ``BODY_TIMEOUT_S``; every
+response carries ``X-Content-Type-Options: nosniff``, ``Cache-Control: no-store`` and a CSP
+that forbids framing.
+
 A recorded game is one JSON object per line: ``{"state": <start state dict>, "turns":
 [{"unit": "U", "actions": [...]}, {"unit": "A", "actions": [...]}, ...]}``. ``/api/state``
 returns the current game in that form (``record``), the ``duelgrid`` agent stores its games in
@@ -75,7 +84,9 @@ from areno_recipes_agentic.duelgrid.tools import choose_action_tool
 from areno_recipes_agentic.toolcalls import message_turn
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+BODY_TIMEOUT_S = 30.0
 MAX_LOG = 300
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 STATIC_FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
@@ -349,18 +360,55 @@ def parse_record_lines(text: str, index: int = 0) -> Mapping[str, Any]:
 # -- HTTP -------------------------------------------------------------------------------------
 
 
-def make_handler(session: GameSession) -> type[BaseHTTPRequestHandler]:
-    """A request handler class bound to ``session``."""
+def allowed_hosts(host: str, port: int, extra: Sequence[str] = ()) -> frozenset[str]:
+    """The ``Host`` header values this server answers: the loopback names and the bound
+    address (plus ``extra`` names), each with the port."""
+    names = {*LOOPBACK_NAMES, *extra}
+    if host not in ("0.0.0.0", "::", ""):
+        names.add(f"[{host}]" if ":" in host else host)
+    return frozenset(f"{name}:{port}".lower() for name in names)
+
+
+def make_handler(
+    session: GameSession, hosts: frozenset[str] | None = None
+) -> type[BaseHTTPRequestHandler]:
+    """A request handler class bound to ``session``, answering only ``hosts`` (``Host``
+    header values; None: any, for tests that build the handler without a server)."""
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "DuelGridUI/1"
+        timeout = BODY_TIMEOUT_S  # socket timeout: a stalled body cannot hold a thread
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet by default
             return
 
+        def _refusal(self, *, post: bool) -> RequestError | None:
+            """Why a request from another site (or a rebound DNS name) is refused."""
+            host = (self.headers.get("Host") or "").strip().lower()
+            if hosts is not None and host not in hosts:
+                return RequestError(f"Host {host!r} is not served here", HTTPStatus.FORBIDDEN)
+            if (self.headers.get("Sec-Fetch-Site") or "").lower() == "cross-site":
+                return RequestError("cross-site requests are refused", HTTPStatus.FORBIDDEN)
+            origin = self.headers.get("Origin")
+            if origin is not None and origin.strip().lower() != f"http://{host}":
+                return RequestError(
+                    f"requests from origin {origin!r} are refused", HTTPStatus.FORBIDDEN
+                )
+            if post:
+                kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+                if kind != "application/json":
+                    return RequestError(
+                        "send the body as Content-Type: application/json",
+                        HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                    )
+            return None
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path == "/favicon.ico":
+            refusal = self._refusal(post=False)
+            if refusal is not None:
+                self._json(refusal.status, {"error": str(refusal)})
+            elif path == "/favicon.ico":
                 self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
             elif path in STATIC_FILES:
                 name, kind = STATIC_FILES[path]
@@ -373,6 +421,11 @@ def make_handler(session: GameSession) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0]
+            refusal = self._refusal(post=True)
+            if refusal is not None:
+                self.close_connection = True  # the body, if any, is left unread
+                self._json(refusal.status, {"error": str(refusal)})
+                return
             try:
                 body = self._body()
                 extra: dict[str, Any] = {}
@@ -409,10 +462,33 @@ def make_handler(session: GameSession) -> type[BaseHTTPRequestHandler]:
             self._json(HTTPStatus.OK, {**session.snapshot(), **extra})
 
         def _body(self) -> dict[str, Any]:
-            length = int(self.headers.get("Content-Length") or 0)
+            if self.headers.get("Transfer-Encoding"):
+                self.close_connection = True
+                raise RequestError(
+                    "send the body with a Content-Length header", HTTPStatus.LENGTH_REQUIRED
+                )
+            declared = (self.headers.get("Content-Length") or "0").strip()
+            if not declared.isdigit():
+                self.close_connection = True
+                raise RequestError(f"malformed Content-Length header {declared!r}")
+            length = int(declared)
             if length > MAX_BODY_BYTES:
-                raise RequestError("request body too large", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
-            raw = self.rfile.read(length) if length else b"{}"
+                self.close_connection = True
+                raise RequestError(
+                    f"request body too large (at most {MAX_BODY_BYTES} bytes)",
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                )
+            try:
+                raw = self.rfile.read(length) if length else b"{}"
+            except TimeoutError as exc:
+                self.close_connection = True
+                raise RequestError(
+                    f"the request body did not arrive within {BODY_TIMEOUT_S:g} s",
+                    HTTPStatus.REQUEST_TIMEOUT,
+                ) from exc
+            if len(raw) < length:
+                self.close_connection = True
+                raise RequestError("the request body ended early")
             try:
                 data = json.loads(raw or b"{}")
             except ValueError as exc:
@@ -430,7 +506,12 @@ def make_handler(session: GameSession) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
-            self.send_header("Content-Security-Policy", "default-src 'self'")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("X-Frame-Options", "DENY")
+            self.send_header("Referrer-Policy", "no-referrer")
+            self.send_header(
+                "Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'"
+            )
             self.end_headers()
             self.wfile.write(body)
 
@@ -450,11 +531,20 @@ def _opt_int(body: Mapping[str, Any], key: str) -> int | None:
 
 
 def make_server(
-    session: GameSession, host: str = "127.0.0.1", port: int = 0
+    session: GameSession,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    allow_hosts: Sequence[str] = (),
 ) -> ThreadingHTTPServer:
-    """An HTTP server for ``session`` (not started; call ``serve_forever``)."""
+    """An HTTP server for ``session`` (not started; call ``serve_forever``); it answers the
+    ``Host`` names of :func:`allowed_hosts` (``allow_hosts`` adds names, e.g. a LAN name)."""
     server = ThreadingHTTPServer((host, port), make_handler(session))
     server.daemon_threads = True
+    bound_port = int(server.server_address[1])
+    server.RequestHandlerClass = make_handler(
+        session, allowed_hosts(host, bound_port, [h.lower() for h in allow_hosts])
+    )
     return server
 
 
@@ -469,6 +559,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default="policy", help="model name to request")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests addressed to this host name (repeatable; loopback names "
+        "and the bound address are always answered)",
+    )
     parser.add_argument("--timeout", type=float, default=120.0, help="model request timeout, s")
     parser.add_argument("--seed", type=int, default=None, help="seed of the first map")
     parser.add_argument("--replay", default=None, help="JSONL file of recorded games to load")
@@ -501,7 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"warning: binding {args.host}: anyone who can reach it can use your model endpoint",
             file=sys.stderr,
         )
-    server = make_server(session, args.host, args.port)
+    server = make_server(session, args.host, args.port, allow_hosts=args.allow_host)
     host, port = server.server_address[:2]
     print(f"DuelGrid UI on http://{host}:{port}/ (model {args.model} at {args.base_url})")
     sys.stdout.flush()

@@ -6,6 +6,12 @@
 Each sample is one chat completion with the row's prompt and, in tool mode, the
 ``choose_square`` tool: one ``AgentTrajectoryTurn`` per sample, which the reward scores.
 
+Forced calls: a row with ``"tool_choice": "choose_square"`` sends
+``tool_choice={"type": "function", "function": {"name": "choose_square"}}``, so the endpoint
+starts every reply with the call and the model only writes its arguments (the CPU recipe's
+rows do this: a third of the tokens to sample and train, and a call format that RL cannot
+erode). ``"required"`` and ``"auto"`` are passed through as they are.
+
 Retries (multi-turn): a row with ``"retries": N`` (or the ``tictactoe-retry`` agent, N = 1)
 gives the model up to N more attempts when its move cannot be played (no ``choose_square``
 call, unreadable arguments, an occupied or out-of-range square). The agent answers the failed
@@ -57,7 +63,10 @@ async def play_sample(
     mode = row.get("mode") or "tool"
     board = str(row.get("board", ""))
     retries = _retries(row, default_retries)
-    extra: dict[str, Any] = {"tools": [choose_square_tool()]} if mode == "tool" else {}
+    tools = row.get("tools") or [choose_square_tool()]
+    extra: dict[str, Any] = {"tools": list(tools)} if mode == "tool" else {}
+    if mode == "tool" and row.get("tool_choice"):
+        extra["tool_choice"] = tool_choice(str(row["tool_choice"]))
     messages: list[Mapping[str, Any]] = list(item.messages)
     turns: list[AgentTrajectoryTurn] = []
     for attempt in range(retries + 1):
@@ -74,6 +83,14 @@ async def play_sample(
     return AgentTrajectory(
         item=item, turns=turns, metadata={"attempts": len(turns)}, messages=conversation
     )
+
+
+def tool_choice(value: str) -> Any:
+    """The request's ``tool_choice`` for a row's value: ``"auto"``, ``"required"``, ``"none"``
+    as they are; a function name as a named choice."""
+    if value in ("auto", "required", "none"):
+        return value
+    return {"type": "function", "function": {"name": value}}
 
 
 def move_problem(board: str, reply: Mapping[str, Any], mode: str = "tool") -> str | None:
@@ -137,4 +154,5 @@ __all__ = [
     "play_sample",
     "run_agent",
     "run_agent_with_retry",
+    "tool_choice",
 ]
