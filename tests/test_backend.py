@@ -185,6 +185,7 @@ API_OPTIONS = {
     "disable_thinking": "disable_thinking",
     "critic_lr": "critic_lr",
     "critic_warmup_steps": "critic_warmup_steps",
+    "proximal_logprobs": "proximal_logprobs",
 }
 
 

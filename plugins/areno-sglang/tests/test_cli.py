@@ -137,9 +137,11 @@ def test_agentic_recipe_trains_through_the_endpoint_on_top_of_a_remote_server(tm
     # The OpenAI-compatible agent endpoint talks to the engine protocol only, so the
     # tic-tac-toe agent plays through it unchanged while the turns are sampled remotely.
     from areno_core.models.loading import load_model
+    from areno_core.recipe import resolve_resource
+    from areno_recipes_agentic.recipes import TICTACTOE_CPU
 
-    torch.manual_seed(123)
-    server = ProtocolServer(load_model("random:qwen3-tiny")).start()
+    # The server serves what the recipe trains: its shipped warm start.
+    server = ProtocolServer(load_model(resolve_resource(TICTACTOE_CPU.checkpoint))).start()
     run = tmp_path / "run"
     try:
         run_areno(
