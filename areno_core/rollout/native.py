@@ -48,6 +48,8 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from areno_core.errors import NotAvailableError
 from areno_core.log import get_logger, warn_once
+from areno_core.models.lean import LeanDecoder, lean_unavailable_reason
+from areno_core.train.precision import cpu_has_bf16
 from areno_core.options import option
 from areno_core.rollout.base import EngineOptions, EngineSpec
 from areno_core.rollout.sampling import (
@@ -317,6 +319,17 @@ class _KVStore:
         layer.values[:n, :, hi:end] = values
         return layer.keys[:n, :, lo:end], layer.values[:n, :, lo:end]
 
+    def write_layer(
+        self, index: int, keys: torch.Tensor, values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`write` by layer index (what the lean forward pass calls)."""
+        return self.write(self.layers[index], keys, values)
+
+    def kv_dtype(self) -> torch.dtype | None:
+        """The dtype of the allocated key/value buffers (None before the first write)."""
+        keys = self.layers[0].keys if self.layers else None
+        return None if keys is None else keys.dtype
+
     @contextlib.contextmanager
     def prefilling(self, plan: _PrefillPlan) -> Iterator[None]:
         self._plan = plan
@@ -341,6 +354,14 @@ class _KVStore:
         self.position[: self.n] += 1
 
 
+def _prefill_mask(valid: torch.Tensor) -> torch.Tensor:
+    """The [B, 1, T, T] boolean mask of a left-padded prefill: causal, padding keys hidden
+    (what transformers builds for SDPA from the same 2D mask)."""
+    width = valid.shape[1]
+    causal = torch.ones(width, width, dtype=torch.bool, device=valid.device).tril()
+    return causal[None, None] & valid[:, None, None, :]
+
+
 @attrs.define
 class _RawOutput:
     token_ids: list[int]
@@ -363,6 +384,7 @@ class _Generation:
     ) -> None:
         self.engine = engine
         self.store = store
+        self.lean = engine._lean_decoder()
         self.prompts = prompts
         self.sampling = sampling
         self.seed = seed
@@ -481,7 +503,11 @@ class _Generation:
             pad=None if valid.all() else ~valid_t[:, None, :, None],
         )
         with store.prefilling(plan):
-            logits = self.engine._forward(ids_t, valid_t, positions, store.cache)
+            if self.lean is not None:
+                mask = None if bool(valid_t.all()) else _prefill_mask(valid_t)
+                logits = self.lean.forward(ids_t, positions, mask, store.write_layer)
+            else:
+                logits = self.engine._forward(ids_t, valid_t, positions, store.cache)
         self.prefill_forwards += 1
         if src_t is not None:
             logits = logits.index_select(0, src_t)
@@ -503,7 +529,14 @@ class _Generation:
         max_right = None if pending else int((self.max_new - self.row_count[: store.n]).max())
         store.reserve(left=0, right=1, pending_left=pending, max_right=max_right)
         input_ids, mask, positions = store.decode_inputs()
-        logits = self.engine._forward(input_ids, mask, positions, store.cache)
+        if self.lean is not None:
+            # transformers drops an all-true mask; with bfloat16 keys the masked kernel is the
+            # faster one on CPUs, and that path need not match transformers bit for bit.
+            keep = self.lean.compute_dtype is not None or not bool(mask.all())
+            window = mask[:, None, None, :] if keep else None
+            logits = self.lean.forward(input_ids, positions, window, store.write_layer)
+        else:
+            logits = self.engine._forward(input_ids, mask, positions, store.cache)
         store.advance()
         self.decode_steps += 1
         n = store.n
@@ -569,6 +602,23 @@ class NativeEngineConfig:
         "are split into several passes (lower it to bound prefill memory).",
         validator=number(min=1, integer=True),
     )
+    lean_forward: bool = option(
+        True,
+        "Native engine: on a CPU, run Qwen3, Qwen2 and Llama models through areno's lean "
+        "forward pass (the same operations as the transformers module with SDPA attention, so "
+        "the same numbers, without its per-call overhead); off, or for other models and on "
+        "GPUs, the transformers module runs.",
+        negatable=True,
+    )
+    rollout_bf16: bool = option(
+        False,
+        "Native engine: sample from a bfloat16 copy of the weights (matrix products and "
+        "attention in bfloat16; norms, residuals and log-probabilities in float32), rebuilt "
+        "whenever the weights change. Faster on CPUs with bfloat16 instructions (AVX512-BF16, "
+        "AMX); the samples and their log-probabilities change. Needs the lean forward pass "
+        "(a Qwen3, Qwen2 or Llama model on a CPU).",
+        negatable=True,
+    )
 
 
 class NativeEngine:
@@ -600,6 +650,9 @@ class NativeEngine:
             logger.debug("eager_decode set: the native engine never captures CUDA graphs anyway")
         self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._store: _KVStore | None = None
+        self._lean: LeanDecoder | None = None
+        if self.config.rollout_bf16:
+            _check_bf16_rollout(model)
         self._in_session = False
         self.policy_version = 0
         self.stats: dict[str, float] = dict.fromkeys(_STAT_KEYS, 0.0)
@@ -706,6 +759,35 @@ class NativeEngine:
             self.drop_state()
             self._store = _KVStore(self._num_layers, device)
         return self._store
+
+    def _lean_decoder(self) -> LeanDecoder | None:
+        """The lean forward pass for this generate() call (None: the transformers module runs).
+        Called in rollout mode; drops the KV buffers when their dtype no longer fits."""
+        decoder = None
+        if self.config.rollout_bf16:
+            _check_bf16_rollout(self.model)
+            decoder = self._current_lean(torch.bfloat16)
+        elif self.config.lean_forward and _model_device(self.model).type == "cpu":
+            decoder = self._current_lean(None)
+        store = self._store
+        wanted = decoder.kv_dtype if decoder is not None else next(self.model.parameters()).dtype
+        if store is not None and store.kv_dtype() not in (None, wanted):
+            self.drop_state()
+        return decoder
+
+    def _current_lean(self, dtype: torch.dtype | None) -> LeanDecoder | None:
+        lean = self._lean
+        if lean is not None and lean.compute_dtype == dtype and lean.is_current(self.model):
+            return lean
+        self._lean = None
+        reason = lean_unavailable_reason(self.model, require_sdpa=dtype is None)
+        if reason is not None:
+            if dtype is not None:
+                raise NotAvailableError(f"rollout_bf16 needs the lean forward pass: {reason}")
+            logger.debug("native engine: transformers forward (lean forward unavailable: %s)", reason)
+            return None
+        self._lean = LeanDecoder(self.model, dtype)
+        return self._lean
 
     @contextlib.contextmanager
     def _rollout_mode(self) -> Iterator[None]:
@@ -825,6 +907,25 @@ def _model_device(model: nn.Module) -> torch.device:
     for param in model.parameters():
         return param.device
     return torch.device("cpu")
+
+
+def _check_bf16_rollout(model: nn.Module) -> None:
+    device = _model_device(model)
+    if device.type != "cpu":
+        raise NotAvailableError(
+            f"rollout_bf16 samples on the CPU; the model is on {device} (load it in bfloat16 "
+            "for GPU rollouts instead)"
+        )
+    reason = lean_unavailable_reason(model, require_sdpa=False)
+    if reason is not None:
+        raise NotAvailableError(f"rollout_bf16 needs the lean forward pass: {reason}")
+    if not cpu_has_bf16():
+        warn_once(
+            logger,
+            "rollout.bf16_slow",
+            "rollout_bf16: this CPU has no bfloat16 instructions (AVX512-BF16 or AMX); "
+            "bfloat16 matrix products will be slower than float32 here",
+        )
 
 
 def _text_config(model: nn.Module) -> Any:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from areno_core.models.loading import is_activation_checkpointing
+from areno_core.train.packed import packed_policy_outputs, packed_unavailable_reason
 
 # Share prompts only when that cuts the padded token count of a microbatch by at least this.
 MIN_SHARED_SAVING = 0.2
@@ -49,13 +50,22 @@ def policy_outputs(
     temperature: float = 1.0,
     need_entropy: bool = False,
     share_prefix: bool = True,
+    packed: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Run ``model`` on a microbatch and return ``logprobs`` (and ``entropy``) [B, T].
 
     With ``share_prefix`` (and a batch worth it, see :func:`shared_prefix_plan`) rows that
     start with the same tokens share that prefix's forward pass; the outputs before each row's
     first loss token are then 0 (they are masked out of every loss and statistic anyway).
+    With ``packed`` (and a model the lean forward pass supports) the rows run without padding
+    (:mod:`areno_core.train.packed`); the outputs outside the loss tokens are then 0.
     """
+    if packed and packed_unavailable_reason(model) is None:
+        # Packed rows cost their real tokens only, so any shared prompt is worth sharing.
+        plan = shared_prefix_plan(batch, min_saving=0.0) if share_prefix else None
+        return packed_policy_outputs(
+            model, batch, temperature=temperature, need_entropy=need_entropy, plan=plan
+        )
     plan = shared_prefix_plan(batch) if share_prefix and supports_shared_prefix(model) else None
     if plan is not None:
         return _shared_prefix_outputs(model, batch, plan, temperature, need_entropy)

@@ -38,6 +38,7 @@ from areno_core.train.contract import BackendSpec
 from areno_core.train.featurize import preference_trajectories, sft_trajectories
 from areno_core.train.forward import policy_outputs, value_outputs
 from areno_core.train.optim import build_optimizer, build_scheduler, clip_grad_norm
+from areno_core.train.precision import bf16_autocast
 from areno_core.types import TrainResult, Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -66,13 +67,30 @@ class LocalBackendConfig:
         "values; off, every row runs in full.",
         negatable=True,
     )
+    packed_forward: bool = option(
+        False,
+        "Local backend: run Qwen3, Qwen2 and Llama models through areno's lean forward pass "
+        "with a microbatch's rows packed into one token stream (no compute on padding, the "
+        "output projection only where a loss token is predicted); other models run the "
+        "transformers module.",
+        negatable=True,
+    )
+    train_bf16: bool = option(
+        False,
+        "Local backend: run training and scoring forwards under bfloat16 autocast (matrix "
+        "products and attention in bfloat16; float32 master weights, optimizer state and "
+        "log-softmax). Faster on CPUs with bfloat16 instructions (AVX512-BF16, AMX); changes "
+        "the numbers.",
+        negatable=True,
+    )
 
 
 class LocalBackend:
     """Trains in this process, on CPU or one GPU (see the module docstring).
 
-    ``share_prefix``: see :class:`LocalBackendConfig`. ``registry`` looks up algorithms by name
-    (default: the process-wide registry of installed plugins).
+    ``share_prefix``, ``packed_forward``, ``train_bf16``: see :class:`LocalBackendConfig`.
+    ``registry`` looks up algorithms by name (default: the process-wide registry of installed
+    plugins).
     """
 
     is_main_process = True
@@ -82,10 +100,14 @@ class LocalBackend:
         *,
         device: str | None = None,
         share_prefix: bool = True,
+        packed_forward: bool = False,
+        train_bf16: bool = False,
         registry: Registry | None = None,
     ) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.share_prefix = share_prefix
+        self.packed_forward = packed_forward
+        self.train_bf16 = train_bf16
         self._registry = registry
 
     def algorithm(self, algorithm: str | AlgorithmSpec) -> AlgorithmSpec:
@@ -243,12 +265,8 @@ class LocalBackend:
                 mb = _to_device(select_rows(batch, micro), device)
                 mb["group_loss_tokens"] = all_tokens
                 mb["group_sequences"] = all_rows
-                outputs = policy_outputs(
-                    policy,
-                    mb,
-                    temperature=temperature,
-                    need_entropy=spec.needs_entropy,
-                    share_prefix=self.share_prefix,
+                outputs = self._scored(
+                    policy, mb, temperature=temperature, need_entropy=spec.needs_entropy
                 )
                 loss, stats = spec.loss(outputs, mb, config)
                 loss_sum += float(loss)
@@ -271,10 +289,23 @@ class LocalBackend:
             batch,
             plan,
             model.device,
-            lambda mb: policy_outputs(
-                reference, mb, temperature=temperature, share_prefix=self.share_prefix
-            )["logprobs"],
+            lambda mb: self._scored(reference, mb, temperature=temperature)["logprobs"],
         )
+
+    def _scored(
+        self, model: Any, mb: dict[str, Any], *, temperature: float, need_entropy: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """:func:`policy_outputs` with this backend's forward settings (prefix sharing,
+        packing, bfloat16 autocast)."""
+        with bf16_autocast(self.train_bf16, mb["input_ids"].device):
+            return policy_outputs(
+                model,
+                mb,
+                temperature=temperature,
+                need_entropy=need_entropy,
+                share_prefix=self.share_prefix,
+                packed=self.packed_forward,
+            )
 
     # -- preparation ----------------------------------------------------------------------
 
@@ -478,12 +509,8 @@ class LocalBackend:
                 mb = _to_device(select_rows(batch, micro), device)
                 mb["group_loss_tokens"] = group_tokens.to(device)
                 mb["group_sequences"] = group_rows.to(device)
-                outputs = policy_outputs(
-                    policy,
-                    mb,
-                    temperature=temperature,
-                    need_entropy=spec.needs_entropy or spec.kind == "online",
-                    share_prefix=self.share_prefix,
+                outputs = self._scored(
+                    policy, mb, temperature=temperature, need_entropy=spec.needs_entropy or spec.kind == "online"
                 )
                 if critic is not None:
                     outputs["values"] = value_outputs(critic, mb)
@@ -613,7 +640,12 @@ def _advantage_stats(batch: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _local_backend(config: Any, options: LocalBackendConfig, registry: Registry) -> LocalBackend:
-    return LocalBackend(share_prefix=options.share_prefix, registry=registry)
+    return LocalBackend(
+        share_prefix=options.share_prefix,
+        packed_forward=options.packed_forward,
+        train_bf16=options.train_bf16,
+        registry=registry,
+    )
 
 
 def _one_process(config: Any) -> str | None:
