@@ -34,6 +34,10 @@ def _top_k(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ConfigError(f"--top-k must be -1 (disabled) or a positive integer, got {value!r}")
 
 
+# ``--dtype`` values (areno_core.accel.precision maps them to torch dtypes).
+DTYPE_CHOICES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
+
+
 # -- sections ---------------------------------------------------------------------------
 
 
@@ -125,6 +129,12 @@ class RolloutConfig:
     drop_rollout_state: bool = option(
         False, "Free the rollout engine's cache after every step (less memory, slower setup)."
     )
+    offload_optimizer: bool = option(
+        False,
+        "Move the optimizer state (and float32 master weights) to CPU memory during each "
+        "rollout phase and back before the update: more device memory for the KV cache, two "
+        "copies per step. No effect when training on a CPU.",
+    )
     attn_backend: str = option(
         "flash",
         "Attention kernels. flash needs flash-attn and a supported GPU; otherwise areno "
@@ -166,11 +176,21 @@ class RolloutConfig:
     )
     tune_params: bool = option(
         False,
-        "Probe memory first and pick --max-running-prompts, --batch-size and --mini-bs.",
+        "Probe memory with a randomly initialised model of the same architecture first, then "
+        "pick --max-running-prompts, --batch-size and --mini-bs (values you give are kept) and "
+        "turn on --drop-rollout-state. Online RL only.",
     )
-    mem_frac: float = option(0.9, "GPU memory fraction the tuner may plan for.", validator=fraction)
+    mem_frac: float = option(
+        0.9,
+        "Fraction of the device's memory the tuner may plan for: GPU memory, or system RAM "
+        "when training on a CPU.",
+        validator=fraction,
+    )
     tune_max_samples: int = option(
-        256, "Most rollout rows the tuner considers.", validator=positive
+        256,
+        "Most rollout rows the tuner considers: the largest --max-running-prompts it tries; "
+        "the batch size it derives is at most this / --n-samples.",
+        validator=positive,
     )
 
 
@@ -188,6 +208,13 @@ class TrainConfig:
     )
     activation_checkpointing: bool = option(
         True, "Recompute decoder-layer activations in the backward pass.", negatable=True
+    )
+    dtype: str = option(
+        "auto",
+        "Floating-point type of the policy, reference and critic. auto: bfloat16 on a CUDA "
+        "GPU with native bfloat16 (compute capability 8.0 or newer), float32 elsewhere (the "
+        "CPU included). Models in a 16-bit type train through float32 master weights.",
+        choices=DTYPE_CHOICES,
     )
     lr: float = option(1.0e-6, "Policy learning rate.", validator=positive)
     min_lr: float = option(1.0e-7, "Learning rate at the end of decay.", validator=non_negative)

@@ -4,8 +4,8 @@ rollout.sync_weights()                 (online RL: the engine samples from the p
 for each step:
     rows  = next batch of dataset rows
     data  = rows                       (sft, dpo)
-          | rollout(rows) -> groups    (online RL: sample, score, group)
-    result = backend.train(model, data, ...)
+          | rollout(rows) -> groups    (online RL: sample, score, group; peak memory)
+    result = backend.train(model, data, ...)                         (peak memory)
     rollout.sync_weights()             (the new policy version, if the step changed it)
     every --eval-interval steps (and after the last): held-out evaluation (eval/*)
     log metrics, update the progress bar, save a checkpoint every --save-interval steps
@@ -14,17 +14,23 @@ for each step:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
 
+from areno_core.accel.memory import PhaseMemory
 from areno_core.model import TrainableModel
 from areno_core.train.contract import TrainingBackend
 from areno_core.train.datastream import DataStream
 from areno_core.train.metrics import MetricsLogger
 from areno_core.train.progress import TrainProgress
+
+
+def _no_measurement(phase: str) -> contextlib.nullcontext[None]:
+    return contextlib.nullcontext()
 
 
 class Rollout(Protocol):
@@ -63,7 +69,10 @@ def train_loop(
     evaluate: Callable[[], dict[str, float]] | None = None,
     eval_interval: int | None = None,
     stop_requested: Callable[[], bool] = lambda: False,
+    memory: PhaseMemory | None = None,
 ) -> LoopResult:
+    """Run the steps (see the module docstring); ``memory`` adds each step's peak memory of
+    the rollout and train phases (``memory/*``)."""
     started = time.perf_counter()
     final: dict[str, float] = {}
     checkpoint: str | None = None
@@ -85,12 +94,17 @@ def train_loop(
             break
         step_metrics: dict[str, float] = {}
         data: list[Any] = rows
+        phase = memory if memory is not None else _no_measurement
         if rollout is not None:
-            data, step_metrics = rollout(rows, model.step)
-        result = backend.train(model, data, **train_kwargs)
+            with phase("rollout"):
+                data, step_metrics = rollout(rows, model.step)
+        with phase("train"):
+            result = backend.train(model, data, **train_kwargs)
         if rollout is not None:
             rollout.sync_weights()
         step_metrics.update(result.metrics)
+        if memory is not None:
+            step_metrics.update(memory.pop())
         step_metrics["time/step"] = time.perf_counter() - step_start
         last = result.step == max_steps
         if evaluate is not None and (last or result.step % (eval_interval or save_interval) == 0):

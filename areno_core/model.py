@@ -62,18 +62,25 @@ class TrainableModel:
         seed: int = 0,
         metrics_dir: str | None = None,
         name: str = "policy",
+        dtype: torch.dtype | str = "auto",
+        attn_implementation: str | None = None,
     ) -> TrainableModel:
-        """Load a policy (and optional reference/critic) from local paths, hub ids or random:."""
+        """Load a policy (and optional reference/critic) from local paths, hub ids or random:.
+
+        ``dtype`` and ``attn_implementation`` apply to every model loaded here and to a critic
+        created later by :meth:`ensure_critic` (``"auto"``: the checkpoint's stored dtype).
+        """
         from areno_core.models.loading import load_model, load_model_and_tokenizer
 
         torch.manual_seed(seed)
-        policy, tokenizer = load_model_and_tokenizer(ckpt, device=device)
-        reference = load_model(ref_ckpt, device=device, role="reference") if ref_ckpt else None
+        how = {"device": device, "dtype": dtype, "attn_implementation": attn_implementation}
+        policy, tokenizer = load_model_and_tokenizer(ckpt, **how)
+        reference = load_model(ref_ckpt, role="reference", **how) if ref_ckpt else None
         critic = None
         if critic_ckpt:
             from areno_core.models.loading import load_value_model
 
-            critic = load_value_model(critic_ckpt, device=device)
+            critic = load_value_model(critic_ckpt, **how)
         return cls(
             policy,
             tokenizer,
@@ -88,6 +95,11 @@ class TrainableModel:
     @property
     def device(self) -> torch.device:
         return next(self.policy.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The floating-point type of the policy's weights."""
+        return next(self.policy.parameters()).dtype
 
     @property
     def pad_id(self) -> int:
@@ -111,11 +123,18 @@ class TrainableModel:
     def ensure_critic(self) -> Any:
         """The critic; the policy checkpoint's backbone with a fresh value head if none given."""
         if self.critic is None:
+            from areno_core.accel.attention import attention_of
             from areno_core.models.loading import load_value_model
 
             if self.ckpt is None:
                 raise ValueError("PPO needs a critic: pass critic= or load with from_ckpt")
-            self.critic = load_value_model(self.ckpt, device=str(self.device))
+            # The same dtype and attention kernels as the policy.
+            self.critic = load_value_model(
+                self.ckpt,
+                device=str(self.device),
+                dtype=self.dtype,
+                attn_implementation=attention_of(self.policy),
+            )
         return self.critic
 
     def log(

@@ -137,6 +137,9 @@ def resolve_run(
         raise ConfigError("--dataset-path is required (or a --recipe that provides one)")
     if check_capabilities:
         check_available(cfg)
+    from areno_core.tune.checks import check_tunable
+
+    check_tunable(cfg, spec)
     return ResolvedRun(
         cfg,
         frozenset(user),
@@ -417,9 +420,7 @@ def _fill_machine_defaults(cfg: RunConfig, *, given: bool) -> RunConfig:
 
 # Capabilities that are declared in the CLI but not built yet. Each entry names the option,
 # a predicate on the config, and why.
-_NOT_YET: list[tuple[str, Any, str]] = [
-    ("tune_params", lambda c: c.tune_params, "memory probing (--tune-params)"),
-]
+_NOT_YET: list[tuple[str, Any, str]] = []
 
 
 def check_available(cfg: RunConfig) -> None:

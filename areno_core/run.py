@@ -17,6 +17,9 @@ import attrs
 import torch
 from rich.console import Console
 
+from areno_core.accel.attention import FLASH, attention_of, choose_attention
+from areno_core.accel.memory import MemoryMeter, PhaseMemory
+from areno_core.accel.precision import resolve_run_dtype
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.config import RunConfig, dump_yaml
 from areno_core.data import (
@@ -244,7 +247,13 @@ def _reward_model_fn(model: TrainableModel, ref: str) -> Any:
     """A reward function scoring each sample with a reward model's last-token value."""
     from areno_core.models.loading import load_value_model
 
-    scorer = load_value_model(ref, device=str(model.device), role="reward")
+    scorer = load_value_model(
+        ref,
+        device=str(model.device),
+        role="reward",
+        dtype=model.dtype,
+        attn_implementation=attention_of(model.policy),
+    )
     scorer.eval()
 
     def reward_fn(record: Any) -> float:
@@ -300,6 +309,7 @@ def build_rollout(plan: RunPlan, model: TrainableModel, reward_fn: Any) -> Rollo
         drop_state=cfg.drop_rollout_state,
         drop_uniform_groups=cfg.drop_uniform_groups,
         agent=agent,
+        offload_optimizer=cfg.offload_optimizer,
     )
 
 
@@ -311,6 +321,14 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
     if resolved.backend is None:
         raise NotAvailableError("no installed training backend can run this configuration")
     backend = resolved.backend.factory(cfg, resolved.backend_config, registry)
+    dtype = resolve_run_dtype(cfg.dtype, backend.device)
+    attention = choose_attention(cfg.attn_backend, backend.device, dtype)
+    tuned = None
+    if cfg.tune_params:
+        tuned = _tune(plan, backend, dtype, attention)
+        resolved = tuned.resolved
+        plan = attrs.evolve(plan, resolved=resolved, config=resolved.config)
+        cfg = plan.config
     torch.manual_seed(cfg.seed)
     model = TrainableModel.from_ckpt(
         cfg.ckpt,
@@ -318,6 +336,8 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
         critic_ckpt=cfg.critic_ckpt if "critic" in spec.roles else None,
         seed=cfg.seed,
         device=backend.device,
+        dtype=dtype,
+        attn_implementation=attention if attention == FLASH else None,
     )
     kwargs = train_kwargs(resolved)
     backend.setup(model, spec, **_setup_kwargs(kwargs))
@@ -333,6 +353,8 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
     if main:
         plan.output_dir.mkdir(parents=True, exist_ok=True)
         dump_yaml(resolved.to_dict(), plan.output_dir / "config.yaml")
+        if tuned is not None:
+            dump_yaml(tuned.to_dict(), plan.output_dir / "tune.yaml")
     max_steps = min(stream.total_steps, cfg.max_steps or stream.total_steps)
     # A resumed run drops what the old one logged after its checkpoint; a fresh run starts the
     # metrics directory over (purge from step 1), so re-runs never interleave two histories.
@@ -379,6 +401,7 @@ def run_training(resolved: ResolvedRun, *, registry: Registry | None = None) -> 
                 evaluate=evaluate,
                 eval_interval=cfg.eval_interval,
                 stop_requested=lambda: interrupt.requested,
+                memory=PhaseMemory(MemoryMeter(backend.device)),
             )
     finally:
         metrics.close()
@@ -443,6 +466,27 @@ def _print_interrupted(result: LoopResult, cfg: RunConfig, max_steps: int) -> No
             "--save-path).",
             highlight=False,
         )
+
+
+def _tune(plan: RunPlan, backend: TrainingBackend, dtype: torch.dtype, attention: str) -> Any:
+    """``--tune-params``: probe memory, print what was chosen and why; the tuned outcome."""
+    from areno_core.tune import tune_run
+
+    kwargs = train_kwargs(plan.resolved)
+    if backend.is_main_process:
+        console.print("[bold]--tune-params[/]: probing memory (random weights, synthetic rows)")
+    outcome = tune_run(
+        plan.resolved,
+        backend=backend,
+        train_kwargs=kwargs,
+        setup_kwargs=_setup_kwargs(kwargs),
+        dtype=dtype,
+        attention=attention,
+    )
+    if backend.is_main_process:
+        for line in outcome.lines:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    return outcome
 
 
 def _model_context_len(model: TrainableModel) -> int:

@@ -17,6 +17,9 @@ Functions:
 
 ``run_areno(*argv)``
     Run the ``areno`` command in this process and fail the test unless it exits 0.
+
+Markers: tests marked ``gpu`` are skipped, with the reason, on a machine where torch sees no
+CUDA GPU.
 """
 
 from __future__ import annotations
@@ -110,3 +113,17 @@ def install_areno_plugin(
     for name in installed:
         for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
             sys.modules.pop(module, None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``gpu``-marked tests where torch sees no CUDA GPU."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_tests:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch sees none)")
+    for item in gpu_tests:
+        item.add_marker(skip)

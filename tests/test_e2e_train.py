@@ -417,3 +417,29 @@ def test_sft_eval_dataset_logs_held_out_loss_that_falls(tmp_path, gsm8k_rows, ca
     assert rows[8]["eval/loss"] == pytest.approx(rows[8]["eval/nll"])
     summary = " ".join(capsys.readouterr().out.split())
     assert f"eval loss │ {rows[0]['eval/loss']:.4g} -> {rows[8]['eval/loss']:.4g}" in summary
+
+
+def test_ppo_in_bfloat16_trains_through_float32_master_weights(tmp_path, gsm8k_rows):
+    from safetensors import safe_open
+
+    loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"
+    loader.write_text(RL_LOADER)
+    reward.write_text(RL_REWARD)
+    run = tmp_path / "run"
+    areno(
+        "train", "--algo", "ppo", "--ckpt", "random:qwen3-tiny", "--dtype", "bfloat16",
+        "--dataset-path", str(gsm8k_rows), "--dataset-loader-fn", str(loader),
+        "--reward-fn-path", str(reward), "--batch-size", "2", "--n-samples", "2",
+        "--max-new-tokens", "6", "--critic-warmup-steps", "0", "--lr", "1e-3",
+        "--max-steps", "1", "--save-path", str(run),
+    )  # fmt: skip
+    step = history(run)[0]
+    assert step["train/grad_norm"] > 0 and step["memory/train_peak_mib"] > 0
+    with safe_open(run / "step_1" / "model.safetensors", "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}  # noqa: SIM118
+    state = torch.load(run / "step_1" / "trainer_state.pt", weights_only=True)
+    masters = state["optimizer"]["master_weights"]
+    assert masters and {m.dtype for m in masters} == {torch.float32}
+    assert {m.dtype for m in state["extra"]["critic"]["optimizer"]["master_weights"]} == {
+        torch.float32
+    }

@@ -18,7 +18,7 @@ SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
 
 def catalog() -> set[str]:
     text = DOC.read_text().split("## Metric catalog", 1)[1].split("\n## ", 1)[0]
-    return set(re.findall(r"`((?:rollout|train|time|eval)/[a-z_/]+)`", text))
+    return set(re.findall(r"`((?:rollout|train|time|eval|memory)/[a-z_/]+)`", text))
 
 
 def run_and_collect(args: list[str], out: Path) -> set[str]:

@@ -4,7 +4,9 @@ Each command below is the reference's, flag for flag. To run on a CPU in seconds
 swap the hub model for ``random:qwen3-tiny`` and hub datasets for local rows, shrink the batch
 and generation sizes, and add ``--max-steps 1 --save-path``; every ``examples/...`` path is
 used verbatim, from the repository root. Multi-device flags (``--world-size 8 --tp-size 4``)
-and ``--tune-params`` are not available in this build, so those are set to 1 / dropped.
+are not available in this build, so those are set to 1. ``--tune-params`` is dropped: its
+probes of 256 sequences of 32,768 tokens would take minutes on a CPU (tests/tune runs the
+tuner at small sizes).
 
 Besides the runs: the coding example's reward and agent, the alpaca loader, the game
 generators' command lines and the DuelGrid web UI entry point.

@@ -26,7 +26,8 @@ Example (CPU, tiny random model, real GSM8K rows):
   areno train --algo sft --ckpt random:qwen3-tiny \\
     --dataset-path data/gsm8k.jsonl --dataset-loader-fn loader.py
 
-Option precedence, lowest first: defaults, --recipe, --config, flags.
+Option precedence, lowest first: defaults, --recipe, --config, flags. Each installed
+algorithm, rollout engine and training backend adds a section of its own options below.
 
 \b
 Recipes:
@@ -79,16 +80,17 @@ def train(
     include_internal: bool,
     **_: Any,
 ) -> None:
-    flags = explicit_options(ctx, get_registry().options)
+    registry = get_registry()  # the one registry this command and its run use
+    flags = explicit_options(ctx, registry.options)
     if include_internal and not list_recipes:
         raise click.UsageError("--include-internal only applies to --list-recipes")
     if list_recipes:
         print_recipe_table(
-            console, get_registry(), include_internal=include_internal, algo=flags.get("algo")
+            console, registry, include_internal=include_internal, algo=flags.get("algo")
         )
         return
     resolved = resolve_run(
-        flags, registry=get_registry(), config_path=config_path, check_capabilities=not dry_run
+        flags, registry=registry, config_path=config_path, check_capabilities=not dry_run
     )
     if dry_run:
         text = dry_run_header(resolved) + yaml.safe_dump(resolved.to_dict(), sort_keys=False)
@@ -100,5 +102,5 @@ def train(
         raise NotAvailableError(
             "the training engine is not available yet in this build of areno"
         ) from exc
-    if run_training(resolved).interrupted:
+    if run_training(resolved, registry=registry).interrupted:
         raise SystemExit(130)

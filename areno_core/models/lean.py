@@ -5,16 +5,13 @@ module tree, mask construction, output wrappers. For a decode step of a small mo
 step of a tiny one, that overhead is most of the time. :class:`LeanDecoder` reads the weights
 of such a model and runs the same computation as a plain sequence of tensor operations:
 
-* with ``compute_dtype=None`` it reuses the module's own parameters and issues the same
-  operations in the same order as the transformers code with SDPA attention (the same masks
-  and the same grouped-query path), so on the same machine it returns bit-identical results;
-* with ``compute_dtype=torch.bfloat16`` it keeps its own bfloat16 copy of the projection
-  weights (query/key/value and gate/up fused into one matrix each) and runs only the
-  matrix products and attention in bfloat16; norms, rotary embeddings, the residual stream and
-  logits stay float32. The copy is rebuilt when the module's parameters change (see
-  :meth:`LeanDecoder.is_current`).
+It reuses the module's own parameters (whatever their dtype: float32, or bfloat16 under
+``--dtype bfloat16``) and issues the same operations in the same order as the transformers code
+with SDPA attention (the same masks and the same grouped-query path), so on the same machine it
+returns the same logits as the module, bit for bit in float32.
 
-Only inference uses it (the rollout engine); see :func:`lean_unavailable_reason` for what a
+Inference uses it (the rollout engine); :mod:`areno_core.train.packed` builds the training
+forward from the same pieces; see :func:`lean_unavailable_reason` for what a
 model must look like.
 """
 
@@ -166,15 +163,12 @@ class _Layer:
     post_norm: torch.Tensor
     q_norm: torch.Tensor | None
     k_norm: torch.Tensor | None
-    # Either q, k, v separately (the module's own parameters) or one fused qkv.
-    q: _Linear | None
-    k: _Linear | None
-    v: _Linear | None
-    qkv: _Linear | None
+    q: _Linear
+    k: _Linear
+    v: _Linear
     o: _Linear
-    gate: _Linear | None
-    up: _Linear | None
-    gate_up: _Linear | None
+    gate: _Linear
+    up: _Linear
     down: _Linear
 
 
@@ -182,117 +176,60 @@ def _linear(module: nn.Linear) -> _Linear:
     return _Linear(module.weight, module.bias)
 
 
-def _fused(modules: list[nn.Linear], dtype: torch.dtype) -> _Linear:
-    weight = torch.cat([m.weight.detach() for m in modules]).to(dtype).contiguous()
-    biases = [m.bias for m in modules]
-    if all(b is None for b in biases):
-        return _Linear(weight, None)
-    parts = [
-        b.detach() if b is not None else m.weight.new_zeros(m.out_features)
-        for m, b in zip(modules, biases, strict=True)
-    ]
-    return _Linear(weight, torch.cat(parts).to(dtype))
-
-
-def _cast(module: nn.Linear, dtype: torch.dtype) -> _Linear:
-    bias = None if module.bias is None else module.bias.detach().to(dtype)
-    return _Linear(module.weight.detach().to(dtype).contiguous(), bias)
-
-
-def parameter_fingerprint(model: nn.Module) -> tuple[tuple[int, int, int], ...]:
-    """Identity, storage and in-place version of every parameter: changes whenever an
-    optimizer step, ``load_state_dict`` or a device move touches the weights."""
-    return tuple((id(p), p.data_ptr(), p._version) for p in model.parameters())
+def _layout_fingerprint(model: nn.Module) -> tuple[tuple[int, int, torch.dtype], ...]:
+    """Identity, storage and dtype of every parameter (a move to another device or dtype
+    changes it; an in-place update does not)."""
+    return tuple((id(p), p.data_ptr(), p.dtype) for p in model.parameters())
 
 
 class LeanDecoder:
-    """The forward pass of a Llama-family causal LM as plain tensor operations (see the module
-    docstring). Build it with :meth:`from_model`; it holds references to (or, for another
-    ``compute_dtype``, copies of) the model's weights."""
+    """The forward pass of a Llama-family causal LM as plain tensor operations over the model's
+    own parameters (see the module docstring); raises :class:`NotAvailableError` for a model
+    :func:`lean_unavailable_reason` objects to."""
 
-    def __init__(self, model: nn.Module, compute_dtype: torch.dtype | None = None) -> None:
-        reason = lean_unavailable_reason(model, require_sdpa=compute_dtype is None)
+    def __init__(self, model: nn.Module) -> None:
+        reason = lean_unavailable_reason(model)
         if reason is not None:
             raise NotAvailableError(f"the lean forward pass cannot run this model: {reason}")
         config = model.config
         base = model.model
         attn0 = base.layers[0].self_attn
         self.model = model
-        self.compute_dtype = compute_dtype
         self.eps = float(config.rms_norm_eps)
         self.head_dim = int(attn0.head_dim)
-        self.num_heads = int(config.num_attention_heads)
-        self.num_kv_heads = int(config.num_key_value_heads)
-        self.n_rep = self.num_heads // self.num_kv_heads
+        self.n_rep = int(config.num_attention_heads) // int(config.num_key_value_heads)
         self.scaling = float(attn0.scaling)
         self.embed = base.embed_tokens.weight
         self.padding_idx = base.embed_tokens.padding_idx
         self.final_norm = base.norm.weight
         self.rotary = base.rotary_emb
-        self.fingerprint = parameter_fingerprint(model)
-        cast = compute_dtype is not None
-        head = model.lm_head
-        self.lm_head = _cast(head, compute_dtype) if cast else _linear(head)  # type: ignore[arg-type]
+        self.fingerprint = _layout_fingerprint(model)
+        self.lm_head = _linear(model.lm_head)
         self.layers: list[_Layer] = []
         for layer in base.layers:
             attn, mlp = layer.self_attn, layer.mlp
             q_norm = getattr(attn, "q_norm", None)
             k_norm = getattr(attn, "k_norm", None)
-            if cast:
-                assert compute_dtype is not None
-                qkv = _fused([attn.q_proj, attn.k_proj, attn.v_proj], compute_dtype)
-                gate_up = _fused([mlp.gate_proj, mlp.up_proj], compute_dtype)
-                parts: dict[str, Any] = {
-                    "q": None,
-                    "k": None,
-                    "v": None,
-                    "qkv": qkv,
-                    "o": _cast(attn.o_proj, compute_dtype),
-                    "gate": None,
-                    "up": None,
-                    "gate_up": gate_up,
-                    "down": _cast(mlp.down_proj, compute_dtype),
-                }
-            else:
-                parts = {
-                    "q": _linear(attn.q_proj),
-                    "k": _linear(attn.k_proj),
-                    "v": _linear(attn.v_proj),
-                    "qkv": None,
-                    "o": _linear(attn.o_proj),
-                    "gate": _linear(mlp.gate_proj),
-                    "up": _linear(mlp.up_proj),
-                    "gate_up": None,
-                    "down": _linear(mlp.down_proj),
-                }
             self.layers.append(
                 _Layer(
                     input_norm=layer.input_layernorm.weight,
                     post_norm=layer.post_attention_layernorm.weight,
                     q_norm=None if q_norm is None else q_norm.weight,
                     k_norm=None if k_norm is None else k_norm.weight,
-                    **parts,
+                    q=_linear(attn.q_proj),
+                    k=_linear(attn.k_proj),
+                    v=_linear(attn.v_proj),
+                    o=_linear(attn.o_proj),
+                    gate=_linear(mlp.gate_proj),
+                    up=_linear(mlp.up_proj),
+                    down=_linear(mlp.down_proj),
                 )
             )
 
-    @classmethod
-    def from_model(
-        cls, model: nn.Module, compute_dtype: torch.dtype | None = None
-    ) -> LeanDecoder | None:
-        """A decoder for ``model``, or None when :func:`lean_unavailable_reason` objects."""
-        if lean_unavailable_reason(model, require_sdpa=compute_dtype is None) is not None:
-            return None
-        return cls(model, compute_dtype)
-
     def is_current(self, model: nn.Module) -> bool:
-        """Whether this decoder still describes ``model``'s weights (a copy goes stale when the
-        parameters change; references never do, but a new module layout needs a new decoder)."""
-        return model is self.model and parameter_fingerprint(model) == self.fingerprint
-
-    @property
-    def kv_dtype(self) -> torch.dtype:
-        """The dtype of the keys and values handed to the :data:`KVWriter`."""
-        return self.compute_dtype or self.embed.dtype
+        """Whether this decoder still reads ``model``'s parameters (False after a device or
+        dtype move, which replaces them; in-place optimizer steps keep it current)."""
+        return model is self.model and _layout_fingerprint(model) == self.fingerprint
 
     # -- the forward pass --------------------------------------------------------------------
 
@@ -314,13 +251,8 @@ class LeanDecoder:
             hidden = self._layer(index, layer, hidden, cos, sin, mask, write_kv)
         # Normalise every position, then keep the last one (the order transformers uses).
         hidden = rms_norm(hidden, self.final_norm, self.eps)
-        logits = self._project(self.lm_head, hidden[:, -1:, :])
+        logits = self.lm_head(hidden[:, -1:, :])
         return logits[:, -1, :].float()
-
-    def _project(self, linear: _Linear, x: torch.Tensor) -> torch.Tensor:
-        if self.compute_dtype is None:
-            return linear(x)
-        return linear(x.to(self.compute_dtype))
 
     def _layer(
         self,
@@ -335,38 +267,18 @@ class LeanDecoder:
         batch, length = hidden.shape[:2]
         shape = (batch, length, -1, self.head_dim)
         x = rms_norm(hidden, layer.input_norm, self.eps)
-        if layer.qkv is None:
-            assert layer.q is not None and layer.k is not None and layer.v is not None
-            q, k, v = layer.q(x).view(shape), layer.k(x).view(shape), layer.v(x).view(shape)
-        else:
-            q_size = self.num_heads * self.head_dim
-            kv_size = self.num_kv_heads * self.head_dim
-            fused = self._project(layer.qkv, x).float()
-            q, k, v = fused.split([q_size, kv_size, kv_size], dim=-1)
-            q, k, v = q.reshape(shape), k.reshape(shape), v.reshape(shape)
+        q, k, v = layer.q(x).view(shape), layer.k(x).view(shape), layer.v(x).view(shape)
         if layer.q_norm is not None:
             q = rms_norm(q, layer.q_norm, self.eps)
         if layer.k_norm is not None:
             k = rms_norm(k, layer.k_norm, self.eps)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q, k = apply_rotary(q, k, cos, sin)
-        if self.compute_dtype is not None:
-            q, k, v = (t.to(self.compute_dtype) for t in (q, k, v))
         k, v = write_kv(index, k, v)
         attended = sdpa(q, k, v, mask, self.n_rep, self.scaling)
-        attended = attended.reshape(batch, length, -1).contiguous()
-        out = self._project(layer.o, attended)
-        hidden = hidden + (out if self.compute_dtype is None else out.float())
-
+        hidden = hidden + layer.o(attended.reshape(batch, length, -1).contiguous())
         x = rms_norm(hidden, layer.post_norm, self.eps)
-        if layer.gate_up is None:
-            assert layer.gate is not None and layer.up is not None
-            act = F.silu(layer.gate(x)) * layer.up(x)
-        else:
-            gate, up = self._project(layer.gate_up, x).chunk(2, dim=-1)
-            act = F.silu(gate) * up
-        out = self._project(layer.down, act)
-        return hidden + (out if self.compute_dtype is None else out.float())
+        return hidden + layer.down(F.silu(layer.gate(x)) * layer.up(x))
 
 
 __all__ = [
@@ -375,7 +287,6 @@ __all__ = [
     "LeanDecoder",
     "apply_rotary",
     "lean_unavailable_reason",
-    "parameter_fingerprint",
     "rms_norm",
     "sdpa",
 ]

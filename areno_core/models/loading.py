@@ -200,6 +200,16 @@ def _load_config(ref: str) -> PretrainedConfig:
     return _pretrained(ref, "model config", AutoConfig.from_pretrained)
 
 
+def load_model_config(ref: str) -> PretrainedConfig:
+    """The architecture config of a model reference, without loading any weights (a
+    ``random:`` reference's config is built, a checkpoint's ``config.json`` is read)."""
+    if is_random_ref(ref):
+        from areno_core.models.scratch import build_random_config
+
+        return build_random_config(ref)
+    return _load_config(ref)
+
+
 def _finish(model: nn.Module, device: str | torch.device, role: str) -> None:
     model.to(torch.device(device))
     model.eval()
@@ -492,6 +502,7 @@ __all__ = [
     "hub_reachable",
     "load_model",
     "load_model_and_tokenizer",
+    "load_model_config",
     "load_tokenizer",
     "load_value_model",
     "resolve_dtype",

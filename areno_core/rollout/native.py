@@ -26,6 +26,11 @@ moved back to the left) only when the window reaches the end, so this happens ra
 Per decode step the engine makes one device-to-host copy (the sampled tokens and their
 logprobs, needed to spot EOS); everything else is tensor ops on all rows or numpy bookkeeping.
 
+On a GPU a decode step whose running rows fit a batch-size bucket is replayed from a captured
+CUDA graph of a static-shape step (every cache column, the window applied by a mask computed
+from device scalars; see :mod:`areno_core.rollout.cuda_graphs`); ``eager_decode`` turns that
+off. The static step computes what the eager step computes, up to rounding.
+
 Random numbers are a hash of ``(seed, request, token index)``, so a request samples the same
 tokens whatever else runs in its batch and whatever ``max_running`` is (up to floating-point
 differences between batch shapes).
@@ -34,7 +39,6 @@ differences between batch shapes).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import inspect
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -46,12 +50,13 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from areno_core.accel.attention import FLASH, attention_of, choose_attention
 from areno_core.errors import NotAvailableError
 from areno_core.log import get_logger, warn_once
 from areno_core.models.lean import LeanDecoder, lean_unavailable_reason
-from areno_core.train.precision import cpu_has_bf16
 from areno_core.options import option
 from areno_core.rollout.base import EngineOptions, EngineSpec
+from areno_core.rollout.cuda_graphs import DecodeGraphs
 from areno_core.rollout.sampling import (
     draw_seed,
     is_greedy,
@@ -78,6 +83,8 @@ _STAT_KEYS = (
     "generate_time_s",
     "tokens_per_s",
     "weight_syncs",
+    "graph_decode_steps",
+    "graph_captures",
 )
 
 
@@ -151,11 +158,20 @@ class _KVStore:
         self.rng_state = torch.zeros(0, dtype=torch.long)  # the row's random stream
         self.count = torch.zeros(0, dtype=torch.long)  # tokens the row has sampled
         self._plan: _PrefillPlan | None = None
+        # Captured decode graphs point at the buffers: every reallocation bumps this.
+        self.generation = 0
+        # lo, hi and the running-row count as device scalars, read by static decode steps.
+        self.lo_t = torch.zeros((), dtype=torch.long, device=device)
+        self.hi_t = torch.zeros((), dtype=torch.long, device=device)
+        self.n_t = torch.zeros((), dtype=torch.long, device=device)
+        self._static_rows = 0  # > 0 while a static decode step runs over that many rows
 
     # -- sizes -------------------------------------------------------------------------------
 
     @property
     def past_length(self) -> int:
+        if self._static_rows:
+            return self.cols - 1
         return 0 if self._plan is not None else self.hi - self.lo
 
     def nbytes(self) -> int:
@@ -170,6 +186,7 @@ class _KVStore:
         """Start a generate() call needing ``rows`` rows; keeps buffers that are big enough."""
         if rows > self.rows or self.mask is None:
             self.free()
+            self.generation += 1
             self.rows = rows
             self.mask = torch.zeros(rows, self.cols, dtype=torch.bool, device=self.device)
             self.next_token = torch.zeros(rows, dtype=torch.long, device=self.device)
@@ -181,6 +198,7 @@ class _KVStore:
         self.lo = self.hi = 0
 
     def free(self) -> None:
+        self.generation += 1
         for layer in self.layers:
             layer.keys = layer.values = None
             layer.is_initialized = False
@@ -249,6 +267,7 @@ class _KVStore:
             mask[:n, new_lo : new_lo + width] = self.mask[:n, lo:hi]
         self.mask = mask
         self.cols = cols
+        self.generation += 1
         self._shift(new_lo - lo)
         logger.debug("rollout KV cache now %d rows x %d columns", self.rows, cols)
 
@@ -301,7 +320,16 @@ class _KVStore:
             layer.keys = keys.new_zeros(shape)
             layer.values = values.new_zeros((*shape[:3], values.shape[3]))
             layer.lazy_initialization(keys, values)
+            self.generation += 1
         assert layer.values is not None
+        if self._static_rows:
+            # A static decode step: write column hi of the first rows (a device scalar, so
+            # the step can be replayed from a CUDA graph) and attend over every column.
+            b = self._static_rows
+            column = self.hi_t.view(1)
+            layer.keys[:b].index_copy_(2, column, keys)
+            layer.values[:b].index_copy_(2, column, values)
+            return layer.keys[:b], layer.values[:b]
         plan = self._plan
         if plan is not None:
             if plan.pad is not None:
@@ -325,11 +353,6 @@ class _KVStore:
         """:meth:`write` by layer index (what the lean forward pass calls)."""
         return self.write(self.layers[index], keys, values)
 
-    def kv_dtype(self) -> torch.dtype | None:
-        """The dtype of the allocated key/value buffers (None before the first write)."""
-        keys = self.layers[0].keys if self.layers else None
-        return None if keys is None else keys.dtype
-
     @contextlib.contextmanager
     def prefilling(self, plan: _PrefillPlan) -> Iterator[None]:
         self._plan = plan
@@ -352,6 +375,52 @@ class _KVStore:
     def advance(self) -> None:
         self.hi += 1
         self.position[: self.n] += 1
+
+    # -- static decode steps (CUDA graphs) ---------------------------------------------------
+
+    def static_inputs(self, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Ids, 4D boolean mask and position ids of a decode step over the first ``rows`` rows
+        and every column, computed from device state only (``lo_t``, ``hi_t``, ``n_t``): each
+        running row sees its valid columns inside the window ``[lo, hi]``, and each padding row
+        (``>= n``) only its own new column, so no row is fully masked."""
+        assert self.mask is not None
+        columns = torch.arange(self.cols, device=self.device)
+        in_window = (columns >= self.lo_t) & (columns <= self.hi_t)
+        padding_rows = torch.arange(rows, device=self.device) >= self.n_t
+        own_column = padding_rows.unsqueeze(1) & (columns == self.hi_t)
+        mask = (self.mask[:rows] & in_window) | own_column
+        return (
+            self.next_token[:rows].unsqueeze(1),
+            mask[:, None, None, :],
+            self.position[:rows].unsqueeze(1),
+        )
+
+    def set_scalars(self) -> None:
+        """Copy ``lo``, ``hi`` and ``n`` into their device scalars (before a static step)."""
+        self.lo_t.fill_(self.lo)
+        self.hi_t.fill_(self.hi)
+        self.n_t.fill_(self.n)
+
+    @contextlib.contextmanager
+    def static_step(self, rows: int) -> Iterator[None]:
+        self._static_rows = rows
+        try:
+            yield
+        finally:
+            self._static_rows = 0
+
+    def skip_ahead(self, columns: int, then: int) -> None:
+        """Pretend every running row already holds ``columns`` more tokens (their keys and
+        values stay zero), with room for ``then`` more: the window reaches the length a long
+        rollout would reach, without computing it. Only for memory probes (see
+        :meth:`NativeEngine.probe_memory`)."""
+        if columns <= 0 or self.n == 0:
+            return
+        self.reserve(left=0, right=columns + then, max_right=columns + then)
+        assert self.mask is not None
+        self.mask[: self.n, self.hi : self.hi + columns] = True
+        self.hi += columns
+        self.position[: self.n] += columns
 
 
 def _prefill_mask(valid: torch.Tensor) -> torch.Tensor:
@@ -381,6 +450,9 @@ class _Generation:
         sampling: SamplingParams,
         n: int,
         seed: int,
+        *,
+        skip_ahead: int = 0,
+        stop: bool = True,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -391,9 +463,9 @@ class _Generation:
         self.greedy = is_greedy(sampling)
         self.max_new = sampling.max_new_tokens
         self.budget = engine.config.prefill_batch_tokens
-        self.stop_ids = np.array(
-            sorted(set(engine.eos_token_ids) | set(sampling.stop_token_ids)), dtype=np.int64
-        )
+        stop_ids = set(engine.eos_token_ids) | set(sampling.stop_token_ids) if stop else set()
+        self.stop_ids = np.array(sorted(stop_ids), dtype=np.int64)
+        self.skip_ahead = skip_ahead  # memory probes only: see NativeEngine.probe_memory
         kept_arr = np.asarray(kept, dtype=np.int64)
         self.req_prompt = np.repeat(kept_arr, n)
         self.req_key = self.req_prompt * n + np.tile(np.arange(n, dtype=np.int64), len(kept))
@@ -432,6 +504,9 @@ class _Generation:
                 holes = []
             if store.n == 0:
                 return self.outputs
+            if self.skip_ahead:
+                store.skip_ahead(self.skip_ahead, then=self.max_new)
+                self.skip_ahead = 0
             self.peak_running = max(self.peak_running, store.n)
             holes = self._decode_step()
 
@@ -529,13 +604,12 @@ class _Generation:
         max_right = None if pending else int((self.max_new - self.row_count[: store.n]).max())
         store.reserve(left=0, right=1, pending_left=pending, max_right=max_right)
         input_ids, mask, positions = store.decode_inputs()
-        if self.lean is not None:
-            # transformers drops an all-true mask; with bfloat16 keys the masked kernel is the
-            # faster one on CPUs, and that path need not match transformers bit for bit.
-            keep = self.lean.compute_dtype is not None or not bool(mask.all())
-            window = mask[:, None, None, :] if keep else None
+        logits = self.engine._graph_step(store)
+        if logits is None and self.lean is not None:
+            # transformers drops an all-true mask (so does the lean pass, for the same numbers)
+            window = None if bool(mask.all()) else mask[:, None, None, :]
             logits = self.lean.forward(input_ids, positions, window, store.write_layer)
-        else:
+        if logits is None:
             logits = self.engine._forward(input_ids, mask, positions, store.cache)
         store.advance()
         self.decode_steps += 1
@@ -610,15 +684,6 @@ class NativeEngineConfig:
         "GPUs, the transformers module runs.",
         negatable=True,
     )
-    rollout_bf16: bool = option(
-        False,
-        "Native engine: sample from a bfloat16 copy of the weights (matrix products and "
-        "attention in bfloat16; norms, residuals and log-probabilities in float32), rebuilt "
-        "whenever the weights change. Faster on CPUs with bfloat16 instructions (AVX512-BF16, "
-        "AMX); the samples and their log-probabilities change. Needs the lean forward pass "
-        "(a Qwen3, Qwen2 or Llama model on a CPU).",
-        negatable=True,
-    )
 
 
 class NativeEngine:
@@ -646,13 +711,13 @@ class NativeEngine:
         _check_full_attention(text_config)
         self._num_layers = int(text_config.num_hidden_layers)
         self.attn_implementation = _pick_attention(model, self.options.attn_backend)
-        if self.options.eager_decode:
-            logger.debug("eager_decode set: the native engine never captures CUDA graphs anyway")
         self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._store: _KVStore | None = None
         self._lean: LeanDecoder | None = None
-        if self.config.rollout_bf16:
-            _check_bf16_rollout(model)
+        # Decode steps from captured CUDA graphs: created with the first store on a GPU,
+        # never with eager_decode (tests may install one with capture=False on a CPU).
+        self._graphs: DecodeGraphs | None = None
+        self._weights_key: tuple[int, ...] = ()
         self._in_session = False
         self.policy_version = 0
         self.stats: dict[str, float] = dict.fromkeys(_STAT_KEYS, 0.0)
@@ -671,7 +736,10 @@ class NativeEngine:
             self.drop_state()
 
     def drop_state(self) -> None:
-        """Free the KV cache and per-row buffers (they are rebuilt on the next generate())."""
+        """Free the KV cache, per-row buffers and captured decode graphs (they are rebuilt on
+        the next generate())."""
+        if self._graphs is not None:
+            self._graphs.reset()
         if self._store is not None:
             device = self._store.device
             self._store.free()
@@ -753,41 +821,112 @@ class NativeEngine:
         self._update_stats(prompts, kept, results, run, time.perf_counter() - began)
         return results
 
+    def probe_memory(
+        self,
+        rows: int,
+        *,
+        prompt_tokens: int,
+        context_tokens: int,
+        sampling: SamplingParams,
+        n: int = 1,
+        decode_steps: int = 2,
+    ) -> None:
+        """Reproduce the most memory-hungry moment of a rollout, for memory probes
+        (``--tune-params``): ``rows`` sequences decoded at once, each with a prompt of
+        ``prompt_tokens`` random tokens (``n`` samples per prompt, so prefills are shared as in a
+        run) and a cache window of ``context_tokens``; then ``decode_steps`` decode steps with
+        ``sampling`` (top-k/top-p included; EOS never stops a row).
+
+        The tokens between the prompt and the last decode steps are not computed: the rows
+        jump there with zero keys and values, which cost the same memory. Stats and the
+        session are left alone; the cache is kept like after ``generate``.
+        """
+        if rows < 1 or prompt_tokens < 1 or decode_steps < 1:
+            raise ValueError("probe_memory: rows, prompt_tokens and decode_steps must be >= 1")
+        per_prompt = n if rows % n == 0 else 1
+        vocab = int(_text_config(self.model).vocab_size)
+        generator = torch.Generator().manual_seed(0)
+        prompts = torch.randint(0, vocab, (rows // per_prompt, prompt_tokens), generator=generator)
+        steps = SamplingParams(
+            max_new_tokens=decode_steps + 1,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            greedy=sampling.greedy,
+        )
+        skip = max(0, context_tokens - prompt_tokens - steps.max_new_tokens)
+        previous = self.options
+        self.options = attrs.evolve(previous, max_running=rows)
+        try:
+            with self._rollout_mode():
+                run = _Generation(
+                    self,
+                    self._get_store(),
+                    prompts.tolist(),
+                    list(range(len(prompts))),
+                    steps,
+                    per_prompt,
+                    seed=0,
+                    skip_ahead=skip,
+                    stop=False,
+                )
+                run.run()
+        finally:
+            self.options = previous
+
     def _get_store(self) -> _KVStore:
         device = _model_device(self.model)
         if self._store is None or self._store.device != device:
             self.drop_state()
             self._store = _KVStore(self._num_layers, device)
+        if self._graphs is None and device.type == "cuda" and not self.options.eager_decode:
+            self._graphs = DecodeGraphs(capture=True)
+        if self._graphs is not None:
+            self._weights_key = _weights_key(self.model)
         return self._store
 
     def _lean_decoder(self) -> LeanDecoder | None:
-        """The lean forward pass for this generate() call (None: the transformers module runs).
-        Called in rollout mode; drops the KV buffers when their dtype no longer fits."""
-        decoder = None
-        if self.config.rollout_bf16:
-            _check_bf16_rollout(self.model)
-            decoder = self._current_lean(torch.bfloat16)
-        elif self.config.lean_forward and _model_device(self.model).type == "cpu":
-            decoder = self._current_lean(None)
-        store = self._store
-        wanted = decoder.kv_dtype if decoder is not None else next(self.model.parameters()).dtype
-        if store is not None and store.kv_dtype() not in (None, wanted):
-            self.drop_state()
-        return decoder
-
-    def _current_lean(self, dtype: torch.dtype | None) -> LeanDecoder | None:
+        """The lean forward pass for this generate() call (None: the transformers module runs,
+        on GPUs, with ``lean_forward`` off, or for a model the lean pass does not support)."""
+        if not self.config.lean_forward or _model_device(self.model).type != "cpu":
+            self._lean = None
+            return None
         lean = self._lean
-        if lean is not None and lean.compute_dtype == dtype and lean.is_current(self.model):
+        if lean is not None and lean.is_current(self.model):
             return lean
         self._lean = None
-        reason = lean_unavailable_reason(self.model, require_sdpa=dtype is None)
+        reason = lean_unavailable_reason(self.model)
         if reason is not None:
-            if dtype is not None:
-                raise NotAvailableError(f"rollout_bf16 needs the lean forward pass: {reason}")
-            logger.debug("native engine: transformers forward (lean forward unavailable: %s)", reason)
+            logger.debug("native engine: transformers forward (no lean forward: %s)", reason)
             return None
-        self._lean = LeanDecoder(self.model, dtype)
+        self._lean = LeanDecoder(self.model)
         return self._lean
+
+    def _graph_step(self, store: _KVStore) -> torch.Tensor | None:
+        """Logits of this decode step from a captured graph (a static step without capture on
+        a CPU); None when graphs are off or the running rows fit no graph size."""
+        graphs = self._graphs
+        if graphs is None:
+            return None
+        store.set_scalars()
+        key = (id(store), store.generation, self._weights_key)
+        before = graphs.stats.captures
+        logits = graphs.step(key, store.n, store.rows, lambda rows: self._static_forward(rows))
+        if logits is None:
+            return None
+        self.stats["graph_decode_steps"] += 1
+        self.stats["graph_captures"] += graphs.stats.captures - before
+        return logits[: store.n]
+
+    def _static_forward(self, rows: int) -> torch.Tensor:
+        """One decode step over the first ``rows`` rows and every cache column (what a graph
+        records). It runs SDPA with an explicit 4D mask whatever the model's attention
+        implementation, since flash-attn's padded decode reads lengths back to the host."""
+        store = self._store
+        assert store is not None
+        input_ids, mask, positions = store.static_inputs(rows)
+        with _attention(self.model, "sdpa"), store.static_step(rows):
+            return self._forward(input_ids, mask, positions, store.cache)
 
     @contextlib.contextmanager
     def _rollout_mode(self) -> Iterator[None]:
@@ -909,25 +1048,6 @@ def _model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _check_bf16_rollout(model: nn.Module) -> None:
-    device = _model_device(model)
-    if device.type != "cpu":
-        raise NotAvailableError(
-            f"rollout_bf16 samples on the CPU; the model is on {device} (load it in bfloat16 "
-            "for GPU rollouts instead)"
-        )
-    reason = lean_unavailable_reason(model, require_sdpa=False)
-    if reason is not None:
-        raise NotAvailableError(f"rollout_bf16 needs the lean forward pass: {reason}")
-    if not cpu_has_bf16():
-        warn_once(
-            logger,
-            "rollout.bf16_slow",
-            "rollout_bf16: this CPU has no bfloat16 instructions (AVX512-BF16 or AMX); "
-            "bfloat16 matrix products will be slower than float32 here",
-        )
-
-
 def _text_config(model: nn.Module) -> Any:
     config = getattr(model, "config", None)
     if config is None:
@@ -971,34 +1091,35 @@ def _resolve_eos(model: nn.Module, tokenizer_or_eos_ids: Any) -> tuple[Any, tupl
 
 
 def _pick_attention(model: nn.Module, backend: str) -> str:
-    config = getattr(model, "config", None)
-    current = getattr(config, "_attn_implementation", None) or "sdpa"
-    if backend == "flash":
-        reason = _flash_unavailable_reason(model)
-        if reason is None:
-            return "flash_attention_2"
-        warn_once(
-            logger,
-            "rollout.flash_fallback",
-            "attn_backend 'flash' is unavailable (%s); rollout uses the native attention path "
-            "(torch SDPA), which is slower on GPUs flash-attn supports",
-            reason,
-        )
+    """flash_attention_2 when ``backend`` is flash and flash-attn can run this model (see
+    :func:`areno_core.accel.attention.choose_attention`, which warns once otherwise); else the
+    model's own SDPA or eager attention."""
+    dtype = next(model.parameters()).dtype
+    chosen = choose_attention(backend, _model_device(model), dtype)
+    if chosen == FLASH:
+        return chosen
+    current = attention_of(model) or "sdpa"
     return current if current in ("sdpa", "eager") else "sdpa"
 
 
-def _flash_unavailable_reason(model: nn.Module) -> str | None:
-    device = _model_device(model)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return "the model is not on a CUDA GPU"
-    if importlib.util.find_spec("flash_attn") is None:
-        return "flash-attn is not installed"
-    if torch.cuda.get_device_capability(device)[0] < 8:
-        return "this GPU is older than Ampere"
-    dtype = next(model.parameters()).dtype
-    if dtype not in (torch.float16, torch.bfloat16):
-        return f"the model is in {dtype}, flash-attn needs float16 or bfloat16"
-    return None
+def _weights_key(model: nn.Module) -> tuple[int, ...]:
+    """Where the model's weights live: captured graphs read them there, so any move (an
+    offload, a reload) must drop the graphs."""
+    return tuple(p.data_ptr() for p in model.parameters())
+
+
+@contextlib.contextmanager
+def _attention(model: nn.Module, implementation: str) -> Iterator[None]:
+    """Run ``model`` with ``implementation`` for the block (no change when it already does)."""
+    previous = attention_of(model)
+    switch = previous not in (None, implementation) and hasattr(model, "set_attn_implementation")
+    if switch:
+        model.set_attn_implementation(implementation)
+    try:
+        yield
+    finally:
+        if switch:
+            model.set_attn_implementation(previous)
 
 
 def benchmark_decode(

@@ -10,12 +10,14 @@ then calls the runner for each step's rows. Every rollout and every evaluation r
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
 
+from areno_core.accel.memory import MIB, move_optimizer_state
 from areno_core.model import TrainableModel
 from areno_core.rewards import RewardScorer
 from areno_core.rollout.base import RolloutEngine, RolloutSession
@@ -50,6 +52,7 @@ class RolloutRunner:
         drop_state: bool = False,
         drop_uniform_groups: bool = False,
         agent: AgentSettings | None = None,
+        offload_optimizer: bool = False,
     ) -> None:
         self.model = model
         self.engine = engine
@@ -62,6 +65,7 @@ class RolloutRunner:
         self.drop_state = drop_state
         self.drop_uniform_groups = drop_uniform_groups
         self.agent = agent
+        self.offload_optimizer = offload_optimizer
         self._synced: int | None = None
 
     def sync_weights(self) -> None:
@@ -76,7 +80,7 @@ class RolloutRunner:
     ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
         """The groups of one step (``n_samples`` scored samples per row) and their metrics."""
         items = [prompt_item(step * self.batch_size + i, row) for i, row in enumerate(rows)]
-        with RolloutSession(self.engine, drop_state=self.drop_state):
+        with self._optimizer_offloaded(), RolloutSession(self.engine, drop_state=self.drop_state):
             if self.agent is not None:
                 groups, metrics = self._agentic(items)
             else:
@@ -90,6 +94,9 @@ class RolloutRunner:
                     disable_thinking=self.disable_thinking,
                     generator=self.model.rollout_generator,
                 )
+        kept = getattr(self.engine, "state_bytes", None)  # what the engine keeps until next step
+        if isinstance(kept, int):
+            metrics["memory/rollout_state_mib"] = kept / MIB
         metrics["rollout/policy_lag"] = float(
             self.model.optimizer_steps - metrics.get("rollout/policy_version", 0.0)
         )
@@ -98,6 +105,22 @@ class RolloutRunner:
         if self.drop_uniform_groups:
             groups = [g for g in groups if len(set(g.rewards)) > 1]
         return groups, metrics
+
+    @contextlib.contextmanager
+    def _optimizer_offloaded(self) -> Iterator[None]:
+        """With ``offload_optimizer`` on a GPU: the optimizers' state (and float32 master
+        weights) sit in CPU memory for the rollout phase and come back before training."""
+        device = self.model.device
+        if not self.offload_optimizer or device.type == "cpu":
+            yield
+            return
+        optimizers = (self.model.optimizer, self.model.critic_optimizer)
+        moved = move_optimizer_state(optimizers, "cpu")
+        try:
+            yield
+        finally:
+            if moved:
+                move_optimizer_state(optimizers, device)
 
     def _agentic(self, items: list[Any]) -> tuple[list[TrajectoryGroup], dict[str, float]]:
         from areno_core.agentic.collect import collect_agentic_groups

@@ -17,8 +17,9 @@ import attrs
 import torch
 import torch.nn.functional as F
 
+from areno_core.accel.attention import uses_flash
 from areno_core.models.loading import is_activation_checkpointing
-from areno_core.train.packed import packed_policy_outputs, packed_unavailable_reason
+from areno_core.train.packed import build_layout, packed_hidden, packed_unavailable_reason
 
 # Share prompts only when that cuts the padded token count of a microbatch by at least this.
 MIN_SHARED_SAVING = 0.2
@@ -57,18 +58,23 @@ def policy_outputs(
     With ``share_prefix`` (and a batch worth it, see :func:`shared_prefix_plan`) rows that
     start with the same tokens share that prefix's forward pass; the outputs before each row's
     first loss token are then 0 (they are masked out of every loss and statistic anyway).
-    With ``packed`` (and a model the lean forward pass supports) the rows run without padding
-    (:mod:`areno_core.train.packed`); the outputs outside the loss tokens are then 0.
+    Rows run packed, without padding (:func:`packed_outputs`), whenever the model uses
+    flash-attn, and with ``packed`` for any other model that :mod:`areno_core.train.packed`
+    supports (Qwen3, Qwen2 and Llama with SDPA attention, on any device; prompts shared
+    inside the packed stream); the outputs outside the loss tokens are then 0.
     """
-    if packed and packed_unavailable_reason(model) is None:
+    flash = uses_flash(model)
+    if packed and not flash and packed_unavailable_reason(model) is None:
         # Packed rows cost their real tokens only, so any shared prompt is worth sharing.
         plan = shared_prefix_plan(batch, min_saving=0.0) if share_prefix else None
-        return packed_policy_outputs(
+        return packed_outputs(
             model, batch, temperature=temperature, need_entropy=need_entropy, plan=plan
         )
     plan = shared_prefix_plan(batch) if share_prefix and supports_shared_prefix(model) else None
     if plan is not None:
         return _shared_prefix_outputs(model, batch, plan, temperature, need_entropy)
+    if flash and not bool(batch["attention_mask"].all()):
+        return packed_outputs(model, batch, temperature=temperature, need_entropy=need_entropy)
     out = model(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
     )
@@ -97,6 +103,73 @@ def _scored_tokens(
             detached = logp.detach()
             entropy = -(detached.exp() * detached).sum(-1)
     return picked, entropy
+
+
+def packed_outputs(
+    model: Any,
+    batch: dict[str, Any],
+    *,
+    temperature: float = 1.0,
+    need_entropy: bool = False,
+    plan: SharedPrefixPlan | None = None,
+) -> dict[str, torch.Tensor]:
+    """:func:`policy_outputs` without padding: the rows' tokens run as one row ``[1, N]``
+    whose position ids restart at 0 for each row, so no layer computes on padding.
+
+    A model with flash-attn runs through its transformers module, which reads the restarts as
+    sequence boundaries (variable-length kernels). Any other model must be one that
+    :func:`~areno_core.train.packed.packed_unavailable_reason` accepts: it runs through
+    :func:`~areno_core.train.packed.packed_hidden` (attention per row, rows of one ``plan``
+    prefix attending to that prompt's single copy), and the output projection runs only where
+    a loss token is predicted. Outputs are the same as the padded forward's up to rounding;
+    padding positions (and, for the second kind, positions outside the loss tokens) are 0.
+    """
+    if not uses_flash(model):
+        return _lean_packed_outputs(model, batch, temperature, need_entropy, plan)
+    mask = batch["attention_mask"].bool()
+    ids = batch["input_ids"]
+    flat_ids = ids[mask].unsqueeze(0)
+    positions = (mask.long().cumsum(-1) - 1)[mask].unsqueeze(0)
+    out = model(input_ids=flat_ids, position_ids=positions, use_cache=False)
+    # Each token predicts the next one of the flat row; only predictions inside a row are kept.
+    targets = flat_ids.roll(-1, dims=1)
+    logprobs, entropy = _scored_tokens(out.logits, targets, temperature, need_entropy)
+    slot = torch.full(ids.shape, -1, dtype=torch.long, device=ids.device)
+    slot[mask] = torch.arange(flat_ids.shape[1], device=ids.device)
+    previous = slot[:, :-1].clamp(min=0)  # the flat position that predicts token t (t >= 1)
+    scored = mask[:, 1:]
+
+    def to_rows(values: torch.Tensor) -> torch.Tensor:
+        picked = values[0][previous].masked_fill(~scored, 0.0)
+        return F.pad(picked, (1, 0), value=0.0)
+
+    result = {"logprobs": to_rows(logprobs)}
+    if entropy is not None:
+        result["entropy"] = to_rows(entropy)
+    return result
+
+
+def _lean_packed_outputs(
+    model: Any,
+    batch: dict[str, Any],
+    temperature: float,
+    need_entropy: bool,
+    plan: SharedPrefixPlan | None,
+) -> dict[str, torch.Tensor]:
+    layout = build_layout(batch, plan)
+    logits = model.lm_head(packed_hidden(model, layout))
+    logprobs, entropy = _scored_tokens(
+        logits[None], layout.score_target[None], temperature, need_entropy
+    )
+    where = (layout.score_row, layout.score_col)
+
+    def to_rows(values: torch.Tensor) -> torch.Tensor:
+        return values.new_zeros(layout.shape).index_put(where, values[0])
+
+    result = {"logprobs": to_rows(logprobs)}
+    if entropy is not None:
+        result["entropy"] = to_rows(entropy)
+    return result
 
 
 @attrs.frozen

@@ -37,8 +37,12 @@ from areno_core.train.batching import (
 from areno_core.train.contract import BackendSpec
 from areno_core.train.featurize import preference_trajectories, sft_trajectories
 from areno_core.train.forward import policy_outputs, value_outputs
-from areno_core.train.optim import build_optimizer, build_scheduler, clip_grad_norm
-from areno_core.train.precision import bf16_autocast
+from areno_core.train.optim import (
+    build_optimizer,
+    build_scheduler,
+    clip_grad_norm,
+    gradient_tensors,
+)
 from areno_core.types import TrainResult, Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -75,20 +79,12 @@ class LocalBackendConfig:
         "transformers module.",
         negatable=True,
     )
-    train_bf16: bool = option(
-        False,
-        "Local backend: run training and scoring forwards under bfloat16 autocast (matrix "
-        "products and attention in bfloat16; float32 master weights, optimizer state and "
-        "log-softmax). Faster on CPUs with bfloat16 instructions (AVX512-BF16, AMX); changes "
-        "the numbers.",
-        negatable=True,
-    )
 
 
 class LocalBackend:
     """Trains in this process, on CPU or one GPU (see the module docstring).
 
-    ``share_prefix``, ``packed_forward``, ``train_bf16``: see :class:`LocalBackendConfig`.
+    ``share_prefix``, ``packed_forward``: see :class:`LocalBackendConfig`.
     ``registry`` looks up algorithms by name (default: the process-wide registry of installed
     plugins).
     """
@@ -101,13 +97,11 @@ class LocalBackend:
         device: str | None = None,
         share_prefix: bool = True,
         packed_forward: bool = False,
-        train_bf16: bool = False,
         registry: Registry | None = None,
     ) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.share_prefix = share_prefix
         self.packed_forward = packed_forward
-        self.train_bf16 = train_bf16
         self._registry = registry
 
     def algorithm(self, algorithm: str | AlgorithmSpec) -> AlgorithmSpec:
@@ -296,16 +290,15 @@ class LocalBackend:
         self, model: Any, mb: dict[str, Any], *, temperature: float, need_entropy: bool = False
     ) -> dict[str, torch.Tensor]:
         """:func:`policy_outputs` with this backend's forward settings (prefix sharing,
-        packing, bfloat16 autocast)."""
-        with bf16_autocast(self.train_bf16, mb["input_ids"].device):
-            return policy_outputs(
-                model,
-                mb,
-                temperature=temperature,
-                need_entropy=need_entropy,
-                share_prefix=self.share_prefix,
-                packed=self.packed_forward,
-            )
+        packing)."""
+        return policy_outputs(
+            model,
+            mb,
+            temperature=temperature,
+            need_entropy=need_entropy,
+            share_prefix=self.share_prefix,
+            packed=self.packed_forward,
+        )
 
     # -- preparation ----------------------------------------------------------------------
 
@@ -509,23 +502,27 @@ class LocalBackend:
                 mb = _to_device(select_rows(batch, micro), device)
                 mb["group_loss_tokens"] = group_tokens.to(device)
                 mb["group_sequences"] = group_rows.to(device)
-                outputs = self._scored(
-                    policy, mb, temperature=temperature, need_entropy=spec.needs_entropy or spec.kind == "online"
-                )
+                entropy = spec.needs_entropy or spec.kind == "online"
+                outputs = self._scored(policy, mb, temperature=temperature, need_entropy=entropy)
                 if critic is not None:
                     outputs["values"] = value_outputs(critic, mb)
                 loss, stats = spec.loss(outputs, mb, config)
                 loss.backward()
                 step_loss += loss.detach().double().cpu()
                 _merge_stats(stats, totals, mins, maxs)
-            norm = clip_grad_norm(list(policy.parameters()), grad_clip_norm)
+            norm = clip_grad_norm(
+                gradient_tensors(model.optimizer, policy.parameters()), grad_clip_norm
+            )
             if train_actor:
                 model.optimizer.step()  # type: ignore[union-attr]
                 model.scheduler.step()
                 model.optimizer_steps += 1
             model.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
             if critic is not None:
-                clip_grad_norm(list(critic.parameters()), grad_clip_norm)
+                clip_grad_norm(
+                    gradient_tensors(model.critic_optimizer, critic.parameters()),
+                    grad_clip_norm,
+                )
                 model.critic_optimizer.step()  # type: ignore[union-attr]
                 model.critic_optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
             grad_norms.append(float(norm))
@@ -643,7 +640,6 @@ def _local_backend(config: Any, options: LocalBackendConfig, registry: Registry)
     return LocalBackend(
         share_prefix=options.share_prefix,
         packed_forward=options.packed_forward,
-        train_bf16=options.train_bf16,
         registry=registry,
     )
 

@@ -12,7 +12,8 @@
     read_scalars("runs/x/tensorboard")  # {"train/loss": [(1, 0.52)], ...}
 
 Every key is namespaced: ``train/*`` (optimisation), ``rollout/*`` (generation and rewards),
-``time/*`` (wall-clock seconds and throughput) or ``eval/*`` (evaluations).
+``time/*`` (wall-clock seconds and throughput), ``eval/*`` (evaluations) or ``memory/*``
+(peak memory per phase, see :mod:`areno_core.accel.memory`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from areno_core.log import get_logger
 
 logger = get_logger(__name__)
 
-NAMESPACES: tuple[str, ...] = ("train", "rollout", "time", "eval")
+NAMESPACES: tuple[str, ...] = ("train", "rollout", "time", "eval", "memory")
 JSONL_FILE = "metrics.jsonl"
 
 
@@ -73,7 +74,8 @@ class MetricsLogger:
     def log(self, metrics: Mapping[str, float | int | torch.Tensor], step: int) -> None:
         """Record ``metrics`` at ``step``: one jsonl line and one TensorBoard scalar per key.
 
-        Keys must start with one of ``train/``, ``rollout/``, ``time/``, ``eval/``. Values may
+        Keys must start with one of ``train/``, ``rollout/``, ``time/``, ``eval/``,
+        ``memory/``. Values may
         be numbers or one-element tensors; non-finite values are recorded as they are.
         """
         row: dict[str, float | int] = {"step": int(step)}

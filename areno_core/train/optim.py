@@ -22,6 +22,7 @@ import torch
 
 from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger
+from areno_core.train.master_weights import MasterWeightOptimizer, needs_master_weights
 
 logger = get_logger(__name__)
 
@@ -76,24 +77,47 @@ def build_optimizer(
 
     Uses torch's fused kernel where the parameters' devices and dtypes allow it, otherwise the
     multi-tensor (foreach) path. With ``adam_8bit`` the moments are kept in 8 bits by
-    bitsandbytes, which needs the package and a CUDA device (checked first).
+    bitsandbytes, which needs the package and a CUDA device (checked first). Parameters in
+    bfloat16 or float16 are optimized through float32 master copies
+    (:class:`~areno_core.train.master_weights.MasterWeightOptimizer`).
     """
     groups = param_groups(params, weight_decay)
     if not groups:
         raise ValueError("build_optimizer: no trainable parameters (none requires grad)")
     if adam_8bit:
         check_adam_8bit_available()
-        import bitsandbytes as bnb
 
-        return bnb.optim.AdamW8bit(groups, lr=lr, betas=betas, weight_decay=weight_decay)
-    try:
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, weight_decay=weight_decay, fused=True)
-    except (RuntimeError, ValueError) as exc:
-        # Fused kernels need every parameter on a supported device with a float dtype.
-        logger.debug("fused AdamW unavailable (%s); using the foreach implementation", exc)
-        return torch.optim.AdamW(
-            groups, lr=lr, betas=betas, weight_decay=weight_decay, foreach=True
-        )
+    def make(groups: list[dict[str, object]]) -> torch.optim.Optimizer:
+        if adam_8bit:
+            import bitsandbytes as bnb
+
+            return bnb.optim.AdamW8bit(groups, lr=lr, betas=betas, weight_decay=weight_decay)
+        try:
+            return torch.optim.AdamW(
+                groups, lr=lr, betas=betas, weight_decay=weight_decay, fused=True
+            )
+        except (RuntimeError, ValueError) as exc:
+            # Fused kernels need every parameter on a supported device with a float dtype.
+            logger.debug("fused AdamW unavailable (%s); using the foreach implementation", exc)
+            return torch.optim.AdamW(
+                groups, lr=lr, betas=betas, weight_decay=weight_decay, foreach=True
+            )
+
+    trainable = [p for g in groups for p in g["params"]]  # type: ignore[attr-defined]
+    if needs_master_weights(trainable):
+        return MasterWeightOptimizer(groups, make)
+    return make(groups)
+
+
+def gradient_tensors(
+    optimizer: torch.optim.Optimizer | None, params: Iterable[torch.Tensor]
+) -> list[torch.Tensor]:
+    """The tensors whose ``.grad`` holds the gradients of ``params``: the float32 master
+    copies under a :class:`MasterWeightOptimizer`, else the parameters themselves (what
+    gradient clipping must look at)."""
+    if isinstance(optimizer, MasterWeightOptimizer):
+        return list(optimizer.masters)
+    return list(params)
 
 
 def lr_at(

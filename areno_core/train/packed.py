@@ -1,9 +1,10 @@
 """Training forwards without padding: a microbatch's rows packed into one token stream.
 
-:func:`packed_policy_outputs` scores a microbatch with the same contract as
-:func:`areno_core.train.forward.policy_outputs` (per-token log-probabilities and entropies
-[B, T], zero outside the loss tokens) for Llama-family models that the lean forward pass
-supports (:func:`areno_core.models.lean.lean_unavailable_reason`). It reads the module's own
+:func:`packed_hidden` runs a microbatch laid out by :func:`build_layout` through a
+Llama-family model that the lean forward pass supports
+(:func:`areno_core.models.lean.lean_unavailable_reason`), and returns the final hidden states
+only where a loss token is predicted; :func:`areno_core.train.forward.packed_outputs` turns them
+into log-probabilities (``policy_outputs(..., packed=True)``). It reads the module's own
 parameters, so gradients reach them as usual.
 
 What it saves against running the padded [B, T] batch through the transformers module:
@@ -235,33 +236,3 @@ def packed_hidden(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
         x = rms_norm(hidden, layer.post_attention_layernorm.weight, eps)
         hidden = hidden + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
     return rms_norm(hidden[layout.score_src], base.norm.weight, eps)
-
-
-def packed_policy_outputs(
-    model: nn.Module,
-    batch: dict[str, Any],
-    *,
-    temperature: float = 1.0,
-    need_entropy: bool = False,
-    plan: Any = None,
-) -> dict[str, torch.Tensor]:
-    """``logprobs`` (and ``entropy``) [B, T] of ``batch`` from a packed forward pass; zero
-    outside the loss tokens. See the module docstring; ``plan`` shares prompts."""
-    layout = build_layout(batch, plan)
-    hidden = packed_hidden(model, layout)
-    logits = model.lm_head(hidden).float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp = F.log_softmax(logits, dim=-1)
-    picked = logp.gather(-1, layout.score_target.unsqueeze(-1)).squeeze(-1)
-    rows, width = layout.shape
-    out = picked.new_zeros(rows, width).index_put((layout.score_row, layout.score_col), picked)
-    result = {"logprobs": out}
-    if need_entropy:
-        with torch.no_grad():
-            detached = logp.detach()
-            entropy = -(detached.exp() * detached).sum(-1)
-            result["entropy"] = entropy.new_zeros(rows, width).index_put(
-                (layout.score_row, layout.score_col), entropy
-            )
-    return result

@@ -58,7 +58,7 @@ def test_train_unknown_algo_lists_registered_ones(capsys, toy_registry):
         (["--world-size", "3", "--tp-size", "2"], "--world-size 3 is not divisible by --tp-size 2"),
         (["--batch-size", "0"], "--batch-size must be positive, got 0"),
         (["--mini-bs", "-1"], "--mini-bs must be positive, got -1"),
-        (["--tune-params"], "--tune-params: memory probing (--tune-params) is not available yet"),
+        (["--tune-params"], "--tune-params tunes rollout concurrency and the batch it feeds"),
         (["--world-size", "2"], "no installed training backend runs --world-size 2 --tp-size 1"),
         (["--greedy", "--top-k", "5"], "--greedy contradicts --top-k"),
         (["--reward-fn-path", "r.py"], "--reward-fn-path is for online RL algorithms"),

@@ -365,3 +365,23 @@ def test_generate_cache_grows_no_further_than_the_remaining_token_budget(
     # Admitting in waves (prompts still waiting) keeps slack, and gives the same tokens.
     waves = _engine(model, max_running=3).generate(prompts, sampling)
     assert _tokens(waves) == _tokens(out)
+
+
+def test_probe_memory_builds_the_cache_of_a_whole_row_without_touching_stats(
+    model: Qwen3ForCausalLM,
+) -> None:
+    engine = _engine(model)
+    with RolloutSession(engine, drop_state=False):
+        before = dict(engine.stats)
+        engine.probe_memory(
+            12, prompt_tokens=10, context_tokens=300, sampling=SamplingParams(top_p=0.9), n=4
+        )
+        assert engine.stats == before
+    store = engine._store
+    assert store is not None and (store.rows, store.cols) == (12, 300)
+    # 12 rows x 300 columns x 2 layers x (keys, values) x 2 kv heads x 16 dims x 4 bytes,
+    # plus the 12 x 300 boolean mask.
+    assert engine.state_bytes == 12 * 300 * 2 * 2 * 2 * 16 * 4 + 12 * 300
+    assert engine.options.max_running is None  # the probe's concurrency was temporary
+    with pytest.raises(ValueError, match="must be >= 1"):
+        engine.probe_memory(0, prompt_tokens=10, context_tokens=300, sampling=SamplingParams())

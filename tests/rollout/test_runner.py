@@ -94,3 +94,34 @@ def test_evaluator_uses_the_same_engine_synced_and_greedy(runner):
     assert set(metrics) >= {"eval/accuracy", "eval/reward_mean", "time/eval"}
     # greedy evaluation draws nothing from the run's random streams
     assert torch.equal(runner.model.rollout_generator.get_state(), before)
+
+
+def test_rollout_state_is_reported_kept_or_dropped(runner):
+    _, dropped = runner(ROWS, step=0)
+    assert dropped["memory/rollout_state_mib"] == 0.0
+    runner.drop_state = False
+    _, kept = runner(ROWS, step=1)
+    assert kept["memory/rollout_state_mib"] * 2**20 == runner.engine.state_bytes > 0
+
+
+def test_offload_optimizer_moves_state_out_for_the_rollout_and_back(runner, monkeypatch):
+    from areno_core.rollout import runner as runner_module
+
+    moves: list[tuple[str, list[str], int]] = []  # (device, optimizers, engine calls so far)
+
+    def record(optimizers, device):
+        names = [type(o).__name__ for o in optimizers if o is not None]
+        moves.append((str(device), names, len(runner.engine.calls)))
+        return 1024
+
+    monkeypatch.setattr(runner_module, "move_optimizer_state", record)
+    runner.model.optimizer = torch.optim.AdamW(runner.model.policy.parameters())
+    runner.offload_optimizer = True
+    runner(ROWS, step=0)
+    assert moves == []  # on a CPU there is nowhere to offload to
+    monkeypatch.setattr(TrainableModel, "device", property(lambda self: torch.device("cuda")))
+    runner(ROWS, step=1)
+    assert [(d, names) for d, names, _ in moves] == [("cpu", ["AdamW"]), ("cuda", ["AdamW"])]
+    # The whole rollout session runs while the state is away.
+    between = runner.engine.calls[moves[0][2] : moves[1][2]]
+    assert [c[0] for c in between] == ["start", "generate", "end"]

@@ -1,0 +1,29 @@
+"""Which runs ``--tune-params`` can tune, checked before anything is loaded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from areno_core.errors import ConfigError, NotAvailableError
+
+
+def check_tunable(cfg: Any, spec: Any) -> None:
+    """Refuse ``--tune-params`` for a run it cannot tune (``cfg``: the run config, ``spec``:
+    its algorithm); nothing to check without ``--tune-params``."""
+    if not cfg.tune_params:
+        return
+    if not spec.needs_rollout:
+        raise ConfigError(
+            f"--tune-params tunes rollout concurrency and the batch it feeds; --algo {spec.name} "
+            f"({spec.kind}) does not roll out. Set --batch-size and --mini-bs yourself"
+        )
+    if cfg.resume is not None:
+        raise ConfigError(
+            "--tune-params cannot change the batch of a run being resumed; resume with the "
+            "tuned run's own settings (--config <run>/config.yaml --resume auto)"
+        )
+    if (cfg.world_size or 1) > 1 or (cfg.tp_size or 1) > 1:
+        raise NotAvailableError(
+            "--tune-params probes one process on one device; it is not available with "
+            f"--world-size {cfg.world_size} --tp-size {cfg.tp_size} yet"
+        )
