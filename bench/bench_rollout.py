@@ -19,8 +19,8 @@ Sides (``--sides``, the first areno side is compared with the first ``hf`` side)
 
 * ``areno``: the native engine with its defaults (float32; the lean forward pass);
 * ``areno-hf``: the native engine running the transformers module (``lean_forward=False``);
-* ``areno-bf16``: the native engine with ``rollout_bf16`` (bfloat16 matrix products and
-  attention, float32 weights kept for training);
+* ``areno-bf16``: the native engine on the model loaded in bfloat16 (what ``--dtype
+  bfloat16`` gives a run);
 * ``hf``: ``generate`` in float32; ``hf-bf16``: ``generate`` on the model loaded in bfloat16.
 
 Throughput is generated tokens per second for one ``generate`` call, per wall second and per
@@ -74,12 +74,11 @@ def run_areno(args: Any) -> dict[str, Any]:
     from areno_core.rollout.native import NativeEngine, NativeEngineConfig
     from areno_core.types import SamplingParams
 
-    model = load_model(str(args.model_dir), device="cpu")
+    dtype = "bfloat16" if args.child == "areno-bf16" else "float32"
+    model = load_model(str(args.model_dir), dtype=dtype, device="cpu")
     prompts, samples = workload(args, model.config.vocab_size)
     eos = () if args.scenario == "decode" else model.generation_config.eos_token_id
-    config = NativeEngineConfig(
-        lean_forward=args.child != "areno-hf", rollout_bf16=args.child == "areno-bf16"
-    )
+    config = NativeEngineConfig(lean_forward=args.child != "areno-hf")
     engine = NativeEngine(model, eos, EngineOptions(attn_backend="native"), config)
     sampling = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
 
