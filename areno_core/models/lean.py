@@ -8,7 +8,8 @@ of such a model and runs the same computation as a plain sequence of tensor oper
 It reuses the module's own parameters (whatever their dtype: float32, or bfloat16 under
 ``--dtype bfloat16``) and issues the same operations in the same order as the transformers code
 with SDPA attention (the same masks and the same grouped-query path), so on the same machine it
-returns the same logits as the module, bit for bit in float32.
+returns the same logits as the module, bit for bit in float32 (in bfloat16, attention runs in
+float32 on a CPU, see :func:`sdpa`, so the logits are close to the module's, not identical).
 
 Inference uses it (the rollout engine); :mod:`areno_core.train.packed` builds the training
 forward from the same pieces; see :func:`lean_unavailable_reason` for what a
@@ -128,7 +129,14 @@ def sdpa(
     [B, 1, T, K] mask (True: attend). Grouped-query attention uses the same three paths as
     transformers: ``enable_gqa`` without a mask, one query folded over the key/value heads
     with a mask, and repeated keys/values otherwise.
+
+    On a CPU, bfloat16 and float16 inputs are attended in float32 and the result is cast back:
+    torch's CPU attention kernel in bfloat16 measured 2.4x slower than in float32 on a decode
+    step (docs/performance.md), and float32 is the more accurate of the two.
     """
+    dtype = q.dtype
+    if q.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
+        return sdpa(q.float(), k.float(), v.float(), mask, n_rep, scaling).to(dtype)
     q_len = q.shape[2]
     kwargs: dict[str, Any] = {}
     if n_rep > 1:
