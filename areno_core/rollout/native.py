@@ -680,8 +680,8 @@ class NativeEngineConfig:
         True,
         "Native engine: on a CPU, run Qwen3, Qwen2 and Llama models through areno's lean "
         "forward pass (the same operations as the transformers module with SDPA attention, so "
-        "the same numbers, without its per-call overhead); off, or for other models and on "
-        "GPUs, the transformers module runs.",
+        "the same numbers in float32, without its per-call overhead; a bfloat16 model attends "
+        "in float32); off, or for other models and on GPUs, the transformers module runs.",
         negatable=True,
     )
 

@@ -117,14 +117,16 @@ def packed_outputs(
     whose position ids restart at 0 for each row, so no layer computes on padding.
 
     A model with flash-attn runs through its transformers module, which reads the restarts as
-    sequence boundaries (variable-length kernels). Any other model must be one that
-    :func:`~areno_core.train.packed.packed_unavailable_reason` accepts: it runs through
-    :func:`~areno_core.train.packed.packed_hidden` (attention per row, rows of one ``plan``
-    prefix attending to that prompt's single copy), and the output projection runs only where
-    a loss token is predicted. Outputs are the same as the padded forward's up to rounding;
-    padding positions (and, for the second kind, positions outside the loss tokens) are 0.
+    sequence boundaries (variable-length kernels); so does any model that
+    :func:`~areno_core.train.packed.packed_unavailable_reason` rejects (SDPA or eager
+    attention with a block-diagonal mask; ``plan`` is then ignored). Any other model runs
+    through :func:`~areno_core.train.packed.packed_hidden` (attention per row, rows of one
+    ``plan`` prefix attending to that prompt's single copy) and the output projection runs
+    only where a loss token is predicted. Outputs are the same as the padded forward's up to
+    rounding; padding positions (and, on the second path, positions outside the loss tokens)
+    are 0.
     """
-    if not uses_flash(model):
+    if not uses_flash(model) and packed_unavailable_reason(model) is None:
         return _lean_packed_outputs(model, batch, temperature, need_entropy, plan)
     mask = batch["attention_mask"].bool()
     ids = batch["input_ids"]

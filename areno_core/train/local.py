@@ -74,9 +74,10 @@ class LocalBackendConfig:
     packed_forward: bool = option(
         False,
         "Local backend: run Qwen3, Qwen2 and Llama models through areno's lean forward pass "
-        "with a microbatch's rows packed into one token stream (no compute on padding, the "
-        "output projection only where a loss token is predicted); other models run the "
-        "transformers module.",
+        "with a microbatch's rows packed into one token stream (no compute on padding, a "
+        "prompt shared by several rows run once, the output projection only where a loss "
+        "token is predicted); other models run the transformers module. Models with "
+        "flash-attn are packed either way.",
         negatable=True,
     )
 

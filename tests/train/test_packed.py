@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from areno_core.models.scratch import build_random_model
-from areno_core.train.forward import policy_outputs, shared_prefix_plan
+from areno_core.train.forward import packed_outputs, policy_outputs, shared_prefix_plan
 from areno_core.train.packed import build_layout, packed_unavailable_reason
 
 from .test_shared_prefix import grouped_batch
@@ -110,15 +110,21 @@ def test_packed_forward_entropy_matches_padded(model):
 
 def test_packed_forward_falls_back_to_the_module_when_hooks_are_registered(model):
     calls = []
+    batch = _sft_batch(model.config.vocab_size)
+    valid = batch["attention_mask"].bool()
+    valid[:, 0] = False
     handle = model.register_forward_hook(lambda *a: calls.append(1))
     try:
         assert "forward hooks" in (packed_unavailable_reason(model) or "")
-        batch = _sft_batch(model.config.vocab_size)
         with torch.no_grad():
             policy_outputs(model, batch, packed=True)
+            assert len(calls) == 1  # the transformers module ran, on the padded rows
+            flat = packed_outputs(model, batch)  # block-diagonal rows through the module
+            assert len(calls) == 2
+            padded = policy_outputs(model, batch, share_prefix=False)
     finally:
         handle.remove()
-    assert calls  # the transformers module ran
+    torch.testing.assert_close(flat["logprobs"][valid], padded["logprobs"][valid], **TOL)
 
 
 def test_packed_forward_in_bfloat16_stays_close_to_float32(model):
