@@ -236,7 +236,8 @@ class TrainConfig:
         "auto",
         "Floating-point type of the policy, reference and critic. auto: bfloat16 on a CUDA "
         "GPU with native bfloat16 (compute capability 8.0 or newer), float32 elsewhere (the "
-        "CPU included). Models in a 16-bit type train through float32 master weights.",
+        "CPU included; bfloat16 is faster there only on CPUs with AVX512-BF16 or AMX). Models "
+        "in a 16-bit type train through float32 master weights.",
         choices=DTYPE_CHOICES,
     )
     lr: float = option(1.0e-6, "Policy learning rate.", validator=positive)

@@ -17,8 +17,10 @@ step's rollout and of the last three steps' rollouts.
 Work that differs (stated in the output): areno keeps the logprobs computed while sampling and
 never recomputes them; TRL also skips that forward pass when, as here, each generation feeds
 exactly one optimizer step. TRL samples with ``transformers.generate`` on the padded batch;
-areno uses its native engine (continuous batching, EOS rows leave the batch). Each side logs its
-own training statistics (entropy, clip fractions); TRL's logging to files is off.
+areno uses its native engine (continuous batching, EOS rows leave the batch). Both sides compute
+the entropy of every completion token and clip fractions in each step (TRL 1.16 in
+``GRPOTrainer._compute_loss``, kept in its in-memory metrics; areno in the loss statistics that
+``LocalBackend.train`` returns); neither side writes them to files here.
 """
 
 from __future__ import annotations

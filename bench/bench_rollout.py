@@ -2,6 +2,7 @@
 
     python bench/bench_rollout.py                       # both scenarios, batch 1, 32 and 128
     python bench/bench_rollout.py --scenario decode --batch 32 --new-tokens 128 --reps 5
+    python bench/bench_rollout.py --sides areno areno-bf16 hf hf-bf16 --batch 32
 
 Both sides load the same saved random Qwen3 and sample (temperature 1, no top-k / top-p) up to
 ``--new-tokens`` tokens for ``batch`` sequences. Two scenarios:
@@ -14,10 +15,19 @@ Both sides load the same saved random Qwen3 and sample (temperature 1, no top-k 
   repeated 8 times (as TRL hands it over); the native engine gets each prompt once with
   ``n=8``. Only tokens up to and including each row's end-of-sequence count as generated.
 
-Throughput is generated tokens per second of wall time for one ``generate`` call, the median of
-``--calls`` calls per process after an untimed warm-up call; each (side, batch) pair runs in
-its own process so its peak RSS is its own. The table also shows the arithmetic rate the
-tokens imply (2 x parameters FLOPs per generated token, prompt tokens not counted).
+Sides (``--sides``, the first areno side is compared with the first ``hf`` side):
+
+* ``areno``: the native engine with its defaults (float32; the lean forward pass);
+* ``areno-hf``: the native engine running the transformers module (``lean_forward=False``);
+* ``areno-bf16``: the native engine on the model loaded in bfloat16 (what ``--dtype
+  bfloat16`` gives a run);
+* ``hf``: ``generate`` in float32; ``hf-bf16``: ``generate`` on the model loaded in bfloat16.
+
+Throughput is generated tokens per second for one ``generate`` call, per wall second and per
+CPU second of the process, the median of ``--calls`` calls per process after an untimed
+warm-up call; each (side, batch) pair runs in its own process so its peak RSS is its own. The
+table also shows the arithmetic rate the tokens imply (2 x parameters FLOPs per generated
+token, prompt tokens not counted).
 
 Work that differs (stated in the output): the native engine also returns the log-probability
 of every sampled token (what RL needs); ``generate`` as configured here returns tokens only.
@@ -35,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-SIDES = ("areno", "hf")
+SIDES = ("areno", "areno-hf", "areno-bf16", "hf", "hf-bf16")
 SAMPLES_PER_PROMPT = 8  # the grpo scenario
 
 
@@ -61,13 +71,15 @@ def run_areno(args: Any) -> dict[str, Any]:
     common.set_threads(args.threads)
     from areno_core.models.loading import load_model
     from areno_core.rollout.base import EngineOptions
-    from areno_core.rollout.native import NativeEngine
+    from areno_core.rollout.native import NativeEngine, NativeEngineConfig
     from areno_core.types import SamplingParams
 
-    model = load_model(str(args.model_dir), device="cpu")
+    dtype = "bfloat16" if args.child == "areno-bf16" else "float32"
+    model = load_model(str(args.model_dir), dtype=dtype, device="cpu")
     prompts, samples = workload(args, model.config.vocab_size)
     eos = () if args.scenario == "decode" else model.generation_config.eos_token_id
-    engine = NativeEngine(model, eos, EngineOptions(attn_backend="native"))
+    config = NativeEngineConfig(lean_forward=args.child != "areno-hf")
+    engine = NativeEngine(model, eos, EngineOptions(attn_backend="native"), config)
     sampling = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
 
     def call() -> int:
@@ -82,7 +94,8 @@ def run_hf(args: Any) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32)
+    dtype = torch.bfloat16 if args.child == "hf-bf16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=dtype)
     model.eval()
     prompts, samples = workload(args, model.config.vocab_size)
     rows = [p for p in prompts for _ in range(samples)]
@@ -121,20 +134,26 @@ def run_hf(args: Any) -> dict[str, Any]:
 
 def _timed(args: Any, call: Any, model: Any) -> dict[str, Any]:
     call()  # warm-up: allocations, kernel selection, lazy imports
-    rates, counts = [], []
+    walls, cpus, counts = [], [], []
     for _ in range(args.calls):
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         tokens = call()
-        rates.append(tokens / (time.perf_counter() - began))
+        walls.append(time.perf_counter() - began)
+        cpus.append(time.process_time() - began_cpu)
         counts.append(tokens)
     if args.scenario == "decode" and tokens != args.batch * args.new_tokens:
         raise RuntimeError(f"expected {args.batch * args.new_tokens} tokens, got {tokens}")
     params = sum(p.numel() for p in model.parameters())
-    rate = common.median(rates)
+    per_wall = [n / w for n, w in zip(counts, walls, strict=True)]
+    per_cpu = [n / c for n, c in zip(counts, cpus, strict=True)]
+    rate = common.median(per_wall)
     return {
         "tokens_per_s": rate,
+        "tokens_per_cpu_s": common.median(per_cpu),
         "gflops_per_s": 2 * params * rate / 1e9,
-        "rates": rates,
+        "gflops_per_cpu_s": 2 * params * common.median(per_cpu) / 1e9,
+        "rates": per_wall,
+        "cpu_rates": per_cpu,
         "tokens": counts,
     }
 
@@ -162,10 +181,11 @@ def run_scenario(args: Any, scenario: str, model_dir: Path) -> dict[str, Any]:
     print(
         f"\n== rollout, scenario {scenario}: {args.model}, {what}, up to {args.new_tokens} new "
         f"tokens, sampling at temperature 1; {args.reps} processes per side x {args.calls} "
-        f"timed calls"
+        f"timed calls; sides {', '.join(args.sides)}"
     )
     out: dict[str, Any] = {}
     rows = []
+    keys = ["tokens_per_s", "tokens_per_cpu_s", "gflops_per_cpu_s", "peak_rss_mib"]
     for batch in args.batch:
         print(f"batch {batch}:")
         base = ["--model-dir", str(model_dir), "--threads", str(args.threads)]
@@ -175,40 +195,57 @@ def run_scenario(args: Any, scenario: str, model_dir: Path) -> dict[str, Any]:
         def run_one(side: str, rep: int, base: list[str] = base) -> dict[str, Any]:
             return common.run_child(Path(__file__), [*base, "--child", side])
 
-        results = common.interleaved(SIDES, args.reps, run_one)
-        summary = common.summarize(results, ["tokens_per_s", "gflops_per_s", "peak_rss_mib"])
-        out[str(batch)] = {"runs": results, "median": summary}
-        a, h = summary["areno"], summary["hf"]
-        rows.append(
-            [
-                batch,
-                a["tokens_per_s"],
-                h["tokens_per_s"],
-                f"{a['tokens_per_s'] / h['tokens_per_s']:.2f}x",
-                a["gflops_per_s"],
-                h["gflops_per_s"],
-                a["peak_rss_mib"],
-                h["peak_rss_mib"],
-                f"{min(a['load_min'], h['load_min']):.1f}-{max(a['load_max'], h['load_max']):.1f}",
-            ]
-        )
+        results = common.interleaved(args.sides, args.reps, run_one)
+        summary = common.summarize(results, keys)
+        reference = next((s for s in args.sides if s.startswith("hf")), args.sides[-1])
+        ratios = {
+            side: {
+                "cpu": common.paired_ratios(results, side, reference, "tokens_per_cpu_s"),
+                "wall": common.paired_ratios(results, side, reference, "tokens_per_s"),
+            }
+            for side in args.sides
+            if side != reference
+        }
+        out[str(batch)] = {
+            "runs": results,
+            "median": summary,
+            "reference": reference,
+            "ratios": ratios,
+        }
+        for side in args.sides:
+            s = summary[side]
+            ratio = ratios.get(side)
+            rows.append(
+                [
+                    batch,
+                    side,
+                    common.spread([r["tokens_per_cpu_s"] for r in results[side]]),
+                    common.spread([r["tokens_per_s"] for r in results[side]]),
+                    "-" if ratio is None else common.spread(ratio["cpu"], "x"),
+                    "-" if ratio is None else common.spread(ratio["wall"], "x"),
+                    s["gflops_per_cpu_s"],
+                    s["peak_rss_mib"],
+                    f"{s['load_min']:.1f}-{s['load_max']:.1f}",
+                ]
+            )
     print()
     print(
         common.table(
             [
                 "batch",
-                "areno tok/s",
-                "generate tok/s",
-                "ratio",
-                "areno GFLOP/s",
-                "generate GFLOP/s",
-                "areno peak RSS MiB",
-                "generate peak RSS MiB",
+                "side",
+                "tok per CPU-s",
+                "tok per wall-s",
+                "ratio per CPU-s",
+                "ratio per wall-s",
+                "GFLOP per CPU-s",
+                "peak RSS MiB",
                 "load",
             ],
             rows,
         )
     )
+    print("(median (min-max) over processes; ratios are paired runs against the first hf side)")
     return out
 
 
@@ -220,10 +257,13 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=32, help="decode scenario")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--calls", type=int, default=3, help="timed generate calls per process")
+    parser.add_argument(
+        "--sides", nargs="+", choices=SIDES, default=["areno", "hf"], help="what to compare"
+    )
     args = parser.parse_args()
     if args.child:
         args.batch = args.batch[0]
-        runner = run_areno if args.child == "areno" else run_hf
+        runner = run_areno if args.child.startswith("areno") else run_hf
         common.emit(runner(args))
         return
     common.write_json(args.json, drive(args))

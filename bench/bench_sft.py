@@ -9,8 +9,14 @@ rows in each optimizer step (``--batch`` rows, ``--micro-bs`` rows per microbatc
 constant learning rate with no weight decay, gradient clipping at 1.0, loss = mean NLL over
 the step's response tokens. TRL gets the very token ids and response masks areno builds
 (a pre-tokenized dataset with ``input_ids`` and ``completion_mask``) and reads its rows in
-order. Throughput is target (response) tokens per second over the timed steps, after
-``--warmup`` untimed steps; each run is its own process so its peak RSS is its own.
+order. Throughput is target (response) tokens per second over the timed steps, per wall second
+and per CPU second of the process, after ``--warmup`` untimed steps; each run is its own
+process so its peak RSS is its own.
+
+Sides (``--sides``): ``areno`` (padded microbatches cut by length), ``areno-packed``
+(``packed_forward``: rows without padding), ``areno-packed-bf16`` (the same on the model loaded
+in bfloat16 with float32 master weights, what ``--dtype bfloat16`` runs), ``trl`` (padded)
+and ``trl-padfree`` (``padding_free=True``). Ratios are against the first TRL side.
 
 Work that differs (stated in the output): areno sorts the rows of an optimizer step by length
 before cutting microbatches, and on a CPU runs a microbatch as several length-homogeneous
@@ -30,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-SIDES = ("areno", "trl")
+SIDES = ("areno", "areno-packed", "areno-packed-bf16", "trl", "trl-padfree")
 
 
 def sft_rows(count: int) -> list[dict[str, Any]]:
@@ -49,8 +55,9 @@ def run_areno(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     if args.no_split:  # measure the gain of cutting microbatches by length
         backend_module._piece_cost = lambda model, device: None
 
-    model = TrainableModel.from_ckpt(str(args.model_dir), seed=args.seed)
-    backend = LocalBackend(device="cpu")
+    dtype = "bfloat16" if args.child.endswith("-bf16") else "float32"
+    model = TrainableModel.from_ckpt(str(args.model_dir), seed=args.seed, dtype=dtype)
+    backend = LocalBackend(device="cpu", packed_forward="packed" in args.child)
     clock = common.StepClock(args.warmup)
     tokens = 0.0
     losses = []
@@ -110,7 +117,7 @@ def run_trl(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         max_grad_norm=1.0,
         max_length=None,
         packing=False,
-        padding_free=False,
+        padding_free=args.child == "trl-padfree",
         completion_only_loss=True,
         gradient_checkpointing=False,
         bf16=False,
@@ -150,8 +157,9 @@ def _result(
 ) -> dict[str, Any]:
     seconds = clock.timed_seconds
     result: dict[str, Any] = {
-        "target_tokens_per_s": tokens / seconds,
+        **common.rates("target_tokens", tokens, seconds, clock.timed_cpu_seconds),
         "step_s": seconds / clock.timed_steps,
+        "step_cpu_s": clock.timed_cpu_seconds / clock.timed_steps,
         "target_tokens": tokens,
     }
     if losses is not None:
@@ -178,29 +186,33 @@ def drive(args: Any) -> dict[str, Any]:
         def run_one(side: str, rep: int) -> dict[str, Any]:
             return common.run_child(Path(__file__), [*base, "--child", side])
 
-        results = common.interleaved(SIDES, args.reps, run_one)
-    summary = common.summarize(results, ["target_tokens_per_s", "step_s", "peak_rss_mib"])
+        results = common.interleaved(args.sides, args.reps, run_one)
+    keys = ["target_tokens_per_s", "target_tokens_per_cpu_s", "step_s", "peak_rss_mib"]
+    summary = common.summarize(results, keys)
     report.update({"runs": results, "median": summary})
-    a, t = summary["areno"], summary["trl"]
     rows = [
         [
-            label,
-            s["target_tokens_per_s"],
-            s["step_s"],
+            side,
+            common.spread([r["target_tokens_per_cpu_s"] for r in results[side]]),
+            common.spread([r["target_tokens_per_s"] for r in results[side]]),
             s["peak_rss_mib"],
             f"{s['load_min']:.1f}-{s['load_max']:.1f}",
         ]
-        for label, s in (("areno", a), ("TRL SFTTrainer", t))
+        for side, s in summary.items()
     ]
     print()
-    print(common.table(["side", "target tok/s", "s/step", "peak RSS MiB", "load"], rows))
-    speed = a["target_tokens_per_s"] / t["target_tokens_per_s"]
-    memory = a["peak_rss_mib"] / t["peak_rss_mib"]
-    print(f"ratio areno/TRL: target tokens/s {speed:.2f}x, peak RSS {memory:.2f}x")
+    headers = ["side", "target tok per CPU-s", "target tok per wall-s", "peak RSS MiB", "load"]
+    print(common.table(headers, rows))
+    print("(median (min-max) over runs)")
+    for reference in [s for s in args.sides if s.startswith("trl")][:1]:
+        lines = common.ratio_lines(results, reference, [("target_tokens", "target tokens")])
+        for line in lines:
+            print(line)
     print(
         "\nNot the same work: areno sorts a step's rows by length and runs each microbatch "
-        "as length-homogeneous pieces (less padding, same gradient); TRL pads each microbatch "
-        "to its longest row and also computes per-token entropy and accuracy for its logs."
+        "as length-homogeneous pieces (less padding, same gradient), or packed (no padding); "
+        "TRL pads each microbatch to its longest row (trl-padfree: padding_free=True, rows "
+        "laid end to end) and also computes per-token entropy and accuracy for its logs."
     )
     return report
 
@@ -219,10 +231,13 @@ def main() -> None:
         help="areno: keep whole microbatches (no cutting by length), to see the gain",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--sides", nargs="+", choices=SIDES, default=list(SIDES), help="what to compare"
+    )
     args = parser.parse_args()
     if args.child:
         rows = sft_rows(args.batch * (args.warmup + args.steps))
-        runner = run_areno if args.child == "areno" else run_trl
+        runner = run_areno if args.child.startswith("areno") else run_trl
         common.emit(runner(args, rows))
         return
     common.write_json(args.json, drive(args))

@@ -62,24 +62,42 @@ def emit(result: Mapping[str, Any]) -> None:
 
 
 class StepClock:
-    """Wall-clock marks at the end of each step; the first ``warmup`` steps are not timed."""
+    """Wall-clock and process CPU-time marks at the end of each step; the first ``warmup``
+    steps are not timed.
+
+    CPU time is what the process itself spent (all its threads, user + system). On a shared
+    machine other processes stretch wall time but barely touch CPU time, so work per
+    CPU-second is the steadier measure; both are reported.
+    """
 
     def __init__(self, warmup: int) -> None:
         self.warmup = warmup
-        self.marks: list[float] = []
-        self.start = time.perf_counter()
+        self.marks: list[tuple[float, float]] = []
+        self.start = (time.perf_counter(), time.process_time())
 
     def mark(self) -> None:
-        self.marks.append(time.perf_counter())
+        self.marks.append((time.perf_counter(), time.process_time()))
+
+    def _span(self, which: int) -> float:
+        begin = self.marks[self.warmup - 1] if self.warmup else self.start
+        return self.marks[-1][which] - begin[which]
 
     @property
     def timed_seconds(self) -> float:
-        begin = self.marks[self.warmup - 1] if self.warmup else self.start
-        return self.marks[-1] - begin
+        return self._span(0)
+
+    @property
+    def timed_cpu_seconds(self) -> float:
+        return self._span(1)
 
     @property
     def timed_steps(self) -> int:
         return len(self.marks) - self.warmup
+
+
+def rates(name: str, work: float, wall: float, cpu: float) -> dict[str, float]:
+    """``{name}_per_s`` (per wall second) and ``{name}_per_cpu_s`` (per CPU second)."""
+    return {f"{name}_per_s": work / wall, f"{name}_per_cpu_s": work / max(cpu, 1e-9)}
 
 
 # -- the driver side --------------------------------------------------------------------------
@@ -169,7 +187,9 @@ def interleaved(
 
 
 def _short(result: Mapping[str, Any]) -> str:
-    keys = [*[k for k in result if k.endswith("_per_s")][:1], "peak_rss_mib", "load_before"]
+    keys = [k for k in result if k.endswith("_per_s")][:1]
+    keys += [k for k in result if k.endswith("_per_cpu_s")][:1]
+    keys += ["peak_rss_mib", "load_before"]
     return " ".join(f"{k}={result[k]:.4g}" for k in keys if k in result)
 
 
@@ -180,15 +200,59 @@ def median(values: Sequence[float]) -> float:
 def summarize(
     results: Mapping[str, Sequence[Mapping[str, Any]]], keys: Sequence[str]
 ) -> dict[str, dict[str, float]]:
-    """Median of each key per side (and min/max of the load seen)."""
+    """Median, minimum and maximum (``KEY``, ``KEY_min``, ``KEY_max``) of each key per side,
+    and the range of the load seen."""
     out: dict[str, dict[str, float]] = {}
     for side, runs in results.items():
-        row = {k: median([r[k] for r in runs]) for k in keys if all(k in r for r in runs)}
+        row: dict[str, float] = {}
+        for k in keys:
+            if runs and all(k in r for r in runs):
+                values = [float(r[k]) for r in runs]
+                row[k], row[k + "_min"], row[k + "_max"] = median(values), min(values), max(values)
         loads = [r["load_before"] for r in runs] + [r["load_after"] for r in runs]
         row["load_min"], row["load_max"] = min(loads), max(loads)
         row["reps"] = float(len(runs))
         out[side] = row
     return out
+
+
+def paired_ratios(
+    results: Mapping[str, Sequence[Mapping[str, Any]]], side: str, reference: str, key: str
+) -> list[float]:
+    """``side / reference`` for ``key``, repetition by repetition (the two runs of a pair ran
+    back to back, so they saw about the same load)."""
+    return [
+        float(a[key]) / float(b[key])
+        for a, b in zip(results[side], results[reference], strict=False)
+        if key in a and key in b and float(b[key]) > 0
+    ]
+
+
+def spread(values: Sequence[float], unit: str = "") -> str:
+    """``median (min-max)`` of ``values``, formatted for a table."""
+    if not values:
+        return "n/a"
+    return f"{median(values):.3g}{unit} ({min(values):.3g}-{max(values):.3g})"
+
+
+def ratio_lines(
+    results: Mapping[str, Sequence[Mapping[str, Any]]],
+    reference: str,
+    keys: Sequence[tuple[str, str]],
+) -> list[str]:
+    """One line per other side and key: paired ratios per wall second and per CPU second."""
+    lines = []
+    for side in results:
+        if side == reference:
+            continue
+        for key, label in keys:
+            wall = paired_ratios(results, side, reference, f"{key}_per_s")
+            cpu = paired_ratios(results, side, reference, f"{key}_per_cpu_s")
+            lines.append(
+                f"ratio {side}/{reference}, {label}: per CPU-second {spread(cpu, 'x')}, "
+                f"per wall second {spread(wall, 'x')}"
+            )
+    return lines
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -62,17 +62,20 @@ def test_grpo_child_reports_throughput_rewards_and_memory(model_dir, side) -> No
     assert result["peak_rss_mib"] > 50
 
 
-@pytest.mark.parametrize("side", ["areno", pytest.param("trl", marks=pytest.mark.skipif(
-    not HAS_TRL, reason="TRL is a bench extra: pip install -e '.[bench]'"))])  # fmt: skip
+@pytest.mark.parametrize("side", ["areno", "areno-packed", "areno-packed-bf16", *[
+    pytest.param(s, marks=pytest.mark.skipif(
+        not HAS_TRL, reason="TRL is a bench extra: pip install -e '.[bench]'"))
+    for s in ("trl", "trl-padfree")]])  # fmt: skip
 def test_sft_child_counts_the_same_target_tokens(model_dir, side) -> None:
     result = child_result(
         bench("bench_sft.py", "--child", side, "--model-dir", str(model_dir), *SFT_CHILD)
     )
-    assert result["target_tokens_per_s"] > 0
-    # Both sides train on the same pre-tokenized rows in the same order.
+    assert result["target_tokens_per_s"] > 0 and result["target_tokens_per_cpu_s"] > 0
+    # Every side trains on the same pre-tokenized rows in the same order.
     assert result["target_tokens"] == 1093.0
-    if side == "areno":
+    if side.startswith("areno"):
         assert len(result["losses"]) == 2
+        assert all(2.0 < loss < 10.0 for loss in result["losses"])  # ~ln(vocab) at the start
 
 
 def test_rollout_driver_runs_both_sides_and_writes_ratios(tmp_path) -> None:
@@ -81,13 +84,53 @@ def test_rollout_driver_runs_both_sides_and_writes_ratios(tmp_path) -> None:
         "bench_rollout.py", "--model", "random:qwen3-tiny", "--scenario", "decode",
         "--batch", "2", "--new-tokens", "4", "--calls", "1", "--reps", "1", "--json", str(out),
     )  # fmt: skip
-    assert "| batch | areno tok/s | generate tok/s | ratio |" in proc.stdout
+    assert "| batch | side | tok per CPU-s | tok per wall-s | ratio per CPU-s |" in proc.stdout
     report = json.loads(out.read_text())
-    median = report["scenarios"]["decode"]["2"]["median"]
+    decode = report["scenarios"]["decode"]["2"]
     for side in ("areno", "hf"):
-        assert median[side]["tokens_per_s"] > 0 and median[side]["peak_rss_mib"] > 50
-    runs = report["scenarios"]["decode"]["2"]["runs"]
+        median = decode["median"][side]
+        assert median["tokens_per_s"] > 0 and median["tokens_per_cpu_s"] > 0
+        assert median["peak_rss_mib"] > 50
+    assert decode["reference"] == "hf" and len(decode["ratios"]["areno"]["cpu"]) == 1
+    runs = decode["runs"]
     assert runs["areno"][0]["tokens"] == runs["hf"][0]["tokens"] == [8]  # same work
+
+
+def _common():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import common  # bench/common.py
+    finally:
+        sys.path.remove(str(BENCH))
+    return common
+
+
+def test_paired_ratios_divide_run_by_run_and_skip_missing_values() -> None:
+    common = _common()
+    results = {
+        "a": [{"x": 6.0}, {"x": 3.0}, {"y": 1.0}],
+        "b": [{"x": 2.0}, {"x": 3.0}, {"x": 1.0}],
+    }
+    assert common.paired_ratios(results, "a", "b", "x") == [3.0, 1.0]
+    assert common.spread([3.0, 1.0, 2.0], "x") == "2x (1-3)"
+    assert common.spread([]) == "n/a"
+
+
+def test_summarize_reports_median_min_max_and_load_range() -> None:
+    common = _common()
+    runs = [
+        {"v": 1.0, "load_before": 2.0, "load_after": 3.0},
+        {"v": 5.0, "load_before": 1.0, "load_after": 6.0},
+        {"v": 2.0, "load_before": 2.5, "load_after": 2.0},
+    ]
+    row = common.summarize({"s": runs}, ["v"])["s"]
+    assert (row["v"], row["v_min"], row["v_max"]) == (2.0, 1.0, 5.0)
+    assert (row["load_min"], row["load_max"], row["reps"]) == (1.0, 6.0, 3.0)
+
+
+def test_rates_are_per_wall_and_per_cpu_second() -> None:
+    rates = _common().rates("tok", 100.0, wall=4.0, cpu=2.0)
+    assert rates == {"tok_per_s": 25.0, "tok_per_cpu_s": 50.0}
 
 
 def test_ceiling_reports_matmul_peak_and_step_fraction(tmp_path) -> None:

@@ -9,7 +9,11 @@ Trainable models in a 16-bit type are updated through float32 master weights (se
 
     resolve_run_dtype("auto", "cpu")          # torch.float32
     resolve_run_dtype("auto", "cuda")         # torch.bfloat16 on an H100
-    resolve_run_dtype("bfloat16", "cpu")      # torch.bfloat16 (allowed; slow without AMX)
+    resolve_run_dtype("bfloat16", "cpu")      # torch.bfloat16 (fast with AVX512-BF16 / AMX)
+
+On a CPU ``--dtype bfloat16`` is opt-in: its matrix products run several times faster than
+float32 where the CPU has bfloat16 instructions (:func:`cpu_has_bf16`; measured in
+docs/performance.md) and slower where it lacks them, which the run then says in its log.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import torch
 
 from areno_core.config import DTYPE_CHOICES
 from areno_core.errors import NotAvailableError
-from areno_core.log import get_logger
+from areno_core.log import get_logger, warn_once
 
 logger = get_logger(__name__)
 
@@ -35,6 +39,12 @@ def gpu_capability(device: torch.device) -> tuple[int, int]:
     """(major, minor) compute capability of a CUDA device."""
     major, minor = torch.cuda.get_device_capability(device)
     return int(major), int(minor)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has the bfloat16 instructions (AVX512-BF16 or AMX) that torch's CPU
+    kernels (oneDNN) use for bfloat16 matrix products."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def supports_bf16(device: str | torch.device) -> bool:
@@ -65,6 +75,13 @@ def resolve_run_dtype(choice: str, device: str | torch.device) -> torch.dtype:
         )
         return torch.float32
     dtype = _BY_NAME[choice]
+    if dtype == torch.bfloat16 and device.type == "cpu" and not cpu_has_bf16():
+        warn_once(
+            logger,
+            "dtype.cpu_bf16",
+            "--dtype bfloat16: this CPU has no bfloat16 instructions (AVX512-BF16 or AMX), so "
+            "bfloat16 matrix products run slower than float32 here",
+        )
     if dtype == torch.bfloat16 and not supports_bf16(device):
         major, minor = gpu_capability(device)
         raise NotAvailableError(
@@ -82,6 +99,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 __all__ = [
     "BF16_MIN_CAPABILITY",
     "DTYPE_CHOICES",
+    "cpu_has_bf16",
     "dtype_name",
     "resolve_run_dtype",
     "supports_bf16",

@@ -55,6 +55,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from areno_core.accel.attention import FLASH, attention_of, choose_attention
 from areno_core.errors import NotAvailableError
 from areno_core.log import get_logger, warn_once
+from areno_core.models.lean import LeanDecoder, lean_unavailable_reason
 from areno_core.options import option
 from areno_core.rollout.base import EngineOptions, EngineSpec
 from areno_core.rollout.cuda_graphs import DecodeGraphs
@@ -348,6 +349,12 @@ class _KVStore:
         layer.values[:n, :, hi:end] = values
         return layer.keys[:n, :, lo:end], layer.values[:n, :, lo:end]
 
+    def write_layer(
+        self, index: int, keys: torch.Tensor, values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`write` by layer index (what the lean forward pass calls)."""
+        return self.write(self.layers[index], keys, values)
+
     @contextlib.contextmanager
     def prefilling(self, plan: _PrefillPlan) -> Iterator[None]:
         self._plan = plan
@@ -418,6 +425,14 @@ class _KVStore:
         self.position[: self.n] += columns
 
 
+def _prefill_mask(valid: torch.Tensor) -> torch.Tensor:
+    """The [B, 1, T, T] boolean mask of a left-padded prefill: causal, padding keys hidden
+    (what transformers builds for SDPA from the same 2D mask)."""
+    width = valid.shape[1]
+    causal = torch.ones(width, width, dtype=torch.bool, device=valid.device).tril()
+    return causal[None, None] & valid[:, None, None, :]
+
+
 @attrs.define
 class _RawOutput:
     token_ids: list[int]
@@ -443,6 +458,7 @@ class _Generation:
     ) -> None:
         self.engine = engine
         self.store = store
+        self.lean = engine._lean_decoder()
         self.prompts = prompts
         self.sampling = sampling
         self.seed = seed
@@ -567,7 +583,11 @@ class _Generation:
             pad=None if valid.all() else ~valid_t[:, None, :, None],
         )
         with store.prefilling(plan):
-            logits = self.engine._forward(ids_t, valid_t, positions, store.cache)
+            if self.lean is not None:
+                mask = None if bool(valid_t.all()) else _prefill_mask(valid_t)
+                logits = self.lean.forward(ids_t, positions, mask, store.write_layer)
+            else:
+                logits = self.engine._forward(ids_t, valid_t, positions, store.cache)
         self.prefill_forwards += 1
         if src_t is not None:
             logits = logits.index_select(0, src_t)
@@ -590,6 +610,10 @@ class _Generation:
         store.reserve(left=0, right=1, pending_left=pending, max_right=max_right)
         input_ids, mask, positions = store.decode_inputs()
         logits = self.engine._graph_step(store)
+        if logits is None and self.lean is not None:
+            # transformers drops an all-true mask (so does the lean pass, for the same numbers)
+            window = None if bool(mask.all()) else mask[:, None, None, :]
+            logits = self.lean.forward(input_ids, positions, window, store.write_layer)
         if logits is None:
             logits = self.engine._forward(input_ids, mask, positions, store.cache)
         store.advance()
@@ -657,6 +681,14 @@ class NativeEngineConfig:
         "are split into several passes (lower it to bound prefill memory).",
         validator=number(min=1, integer=True),
     )
+    lean_forward: bool = option(
+        True,
+        "Native engine: on a CPU, run Qwen3, Qwen2 and Llama models through areno's lean "
+        "forward pass (the same operations as the transformers module with SDPA attention, so "
+        "the same numbers in float32, without its per-call overhead; a bfloat16 model attends "
+        "in float32); off, or for other models and on GPUs, the transformers module runs.",
+        negatable=True,
+    )
 
 
 class NativeEngine:
@@ -687,6 +719,7 @@ class NativeEngine:
         self.attn_implementation = _pick_attention(model, self.options.attn_backend)
         self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._store: _KVStore | None = None
+        self._lean: LeanDecoder | None = None
         # Decode steps from captured CUDA graphs: created with the first store on a GPU,
         # never with eager_decode (tests may install one with capture=False on a CPU).
         self._graphs: DecodeGraphs | None = None
@@ -857,6 +890,23 @@ class NativeEngine:
         if self._graphs is not None:
             self._weights_key = _weights_key(self.model)
         return self._store
+
+    def _lean_decoder(self) -> LeanDecoder | None:
+        """The lean forward pass for this generate() call (None: the transformers module runs,
+        on GPUs, with ``lean_forward`` off, or for a model the lean pass does not support)."""
+        if not self.config.lean_forward or _model_device(self.model).type != "cpu":
+            self._lean = None
+            return None
+        lean = self._lean
+        if lean is not None and lean.is_current(self.model):
+            return lean
+        self._lean = None
+        reason = lean_unavailable_reason(self.model)
+        if reason is not None:
+            logger.debug("native engine: transformers forward (no lean forward: %s)", reason)
+            return None
+        self._lean = LeanDecoder(self.model)
+        return self._lean
 
     def _graph_step(self, store: _KVStore) -> torch.Tensor | None:
         """Logits of this decode step from a captured graph (a static step without capture on

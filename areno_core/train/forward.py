@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from areno_core.accel.attention import uses_flash
 from areno_core.models.loading import is_activation_checkpointing
+from areno_core.train.packed import build_layout, packed_hidden, packed_unavailable_reason
 
 # Share prompts only when that cuts the padded token count of a microbatch by at least this.
 MIN_SHARED_SAVING = 0.2
@@ -50,17 +51,29 @@ def policy_outputs(
     temperature: float = 1.0,
     need_entropy: bool = False,
     share_prefix: bool = True,
+    packed: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Run ``model`` on a microbatch and return ``logprobs`` (and ``entropy``) [B, T].
 
     With ``share_prefix`` (and a batch worth it, see :func:`shared_prefix_plan`) rows that
     start with the same tokens share that prefix's forward pass; the outputs before each row's
     first loss token are then 0 (they are masked out of every loss and statistic anyway).
+    Rows run packed, without padding (:func:`packed_outputs`), whenever the model uses
+    flash-attn, and with ``packed`` for any other model that :mod:`areno_core.train.packed`
+    supports (Qwen3, Qwen2 and Llama with SDPA attention, on any device; prompts shared
+    inside the packed stream); the outputs outside the loss tokens are then 0.
     """
+    flash = uses_flash(model)
+    if packed and not flash and packed_unavailable_reason(model) is None:
+        # Packed rows cost their real tokens only, so any shared prompt is worth sharing.
+        plan = shared_prefix_plan(batch, min_saving=0.0) if share_prefix else None
+        return packed_outputs(
+            model, batch, temperature=temperature, need_entropy=need_entropy, plan=plan
+        )
     plan = shared_prefix_plan(batch) if share_prefix and supports_shared_prefix(model) else None
     if plan is not None:
         return _shared_prefix_outputs(model, batch, plan, temperature, need_entropy)
-    if uses_flash(model) and not bool(batch["attention_mask"].all()):
+    if flash and not bool(batch["attention_mask"].all()):
         return packed_outputs(model, batch, temperature=temperature, need_entropy=need_entropy)
     out = model(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
@@ -98,14 +111,23 @@ def packed_outputs(
     *,
     temperature: float = 1.0,
     need_entropy: bool = False,
+    plan: SharedPrefixPlan | None = None,
 ) -> dict[str, torch.Tensor]:
     """:func:`policy_outputs` without padding: the rows' tokens run as one row ``[1, N]``
     whose position ids restart at 0 for each row, so no layer computes on padding.
 
-    transformers reads the restarts as sequence boundaries: flash-attn runs them as separate
-    sequences (variable-length kernels), SDPA and eager attention through a block-diagonal
-    mask. Outputs are the same as the padded forward's up to rounding; padding positions are 0.
+    A model with flash-attn runs through its transformers module, which reads the restarts as
+    sequence boundaries (variable-length kernels); so does any model that
+    :func:`~areno_core.train.packed.packed_unavailable_reason` rejects (SDPA or eager
+    attention with a block-diagonal mask; ``plan`` is then ignored). Any other model runs
+    through :func:`~areno_core.train.packed.packed_hidden` (attention per row, rows of one
+    ``plan`` prefix attending to that prompt's single copy) and the output projection runs
+    only where a loss token is predicted. Outputs are the same as the padded forward's up to
+    rounding; padding positions (and, on the second path, positions outside the loss tokens)
+    are 0.
     """
+    if not uses_flash(model) and packed_unavailable_reason(model) is None:
+        return _lean_packed_outputs(model, batch, temperature, need_entropy, plan)
     mask = batch["attention_mask"].bool()
     ids = batch["input_ids"]
     flat_ids = ids[mask].unsqueeze(0)
@@ -122,6 +144,29 @@ def packed_outputs(
     def to_rows(values: torch.Tensor) -> torch.Tensor:
         picked = values[0][previous].masked_fill(~scored, 0.0)
         return F.pad(picked, (1, 0), value=0.0)
+
+    result = {"logprobs": to_rows(logprobs)}
+    if entropy is not None:
+        result["entropy"] = to_rows(entropy)
+    return result
+
+
+def _lean_packed_outputs(
+    model: Any,
+    batch: dict[str, Any],
+    temperature: float,
+    need_entropy: bool,
+    plan: SharedPrefixPlan | None,
+) -> dict[str, torch.Tensor]:
+    layout = build_layout(batch, plan)
+    logits = model.lm_head(packed_hidden(model, layout))
+    logprobs, entropy = _scored_tokens(
+        logits[None], layout.score_target[None], temperature, need_entropy
+    )
+    where = (layout.score_row, layout.score_col)
+
+    def to_rows(values: torch.Tensor) -> torch.Tensor:
+        return values.new_zeros(layout.shape).index_put(where, values[0])
 
     result = {"logprobs": to_rows(logprobs)}
     if entropy is not None:

@@ -74,15 +74,25 @@ class LocalBackendConfig:
         "values; off, every row runs in full.",
         negatable=True,
     )
+    packed_forward: bool = option(
+        False,
+        "Local backend: run Qwen3, Qwen2 and Llama models through areno's lean forward pass "
+        "with a microbatch's rows packed into one token stream (no compute on padding, a "
+        "prompt shared by several rows run once, the output projection only where a loss "
+        "token is predicted); other models run the transformers module. Models with "
+        "flash-attn are packed either way.",
+        negatable=True,
+    )
 
 
 class LocalBackend:
     """Trains in this process, on CPU or one GPU (see the module docstring).
 
-    ``share_prefix``: see :class:`LocalBackendConfig`. ``registry`` looks up algorithms by name
-    (default: the process-wide registry of installed plugins). ``placement`` decides which
-    process runs which passes of a step (default: all of them here; the distributed backend
-    passes its data-parallel placement, see :mod:`areno_core.train.placement`).
+    ``share_prefix``, ``packed_forward``: see :class:`LocalBackendConfig`. ``registry`` looks up
+    algorithms by name (default: the process-wide registry of installed plugins). ``placement``
+    decides which process runs which passes of a step (default: all of them here; the
+    distributed backend passes its data-parallel placement, see
+    :mod:`areno_core.train.placement`).
     """
 
     is_main_process = True
@@ -92,11 +102,13 @@ class LocalBackend:
         *,
         device: str | None = None,
         share_prefix: bool = True,
+        packed_forward: bool = False,
         registry: Registry | None = None,
         placement: UpdatePlacement | None = None,
     ) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.share_prefix = share_prefix
+        self.packed_forward = packed_forward
         self._registry = registry
         self.placement: UpdatePlacement = placement or SingleProcess()
 
@@ -270,12 +282,8 @@ class LocalBackend:
                 mb = _to_device(select_rows(batch, micro or list(range(unit))), device)
                 mb["group_loss_tokens"] = all_tokens
                 mb["group_sequences"] = all_rows
-                outputs = policy_outputs(
-                    policy,
-                    mb,
-                    temperature=temperature,
-                    need_entropy=spec.needs_entropy,
-                    share_prefix=self.share_prefix,
+                outputs = self._scored(
+                    policy, mb, temperature=temperature, need_entropy=spec.needs_entropy
                 )
                 loss, stats = spec.loss(outputs, mb, config)
                 if micro:  # an empty pass only keeps the processes in step
@@ -302,9 +310,21 @@ class LocalBackend:
             batch,
             plan,
             model.device,
-            lambda mb: policy_outputs(
-                reference, mb, temperature=temperature, share_prefix=self.share_prefix
-            )["logprobs"],
+            lambda mb: self._scored(reference, mb, temperature=temperature)["logprobs"],
+        )
+
+    def _scored(
+        self, model: Any, mb: dict[str, Any], *, temperature: float, need_entropy: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """:func:`policy_outputs` with this backend's forward settings (prefix sharing,
+        packing)."""
+        return policy_outputs(
+            model,
+            mb,
+            temperature=temperature,
+            need_entropy=need_entropy,
+            share_prefix=self.share_prefix,
+            packed=self.packed_forward,
         )
 
     # -- preparation ----------------------------------------------------------------------
@@ -526,13 +546,8 @@ class LocalBackend:
                 mb = _to_device(select_rows(batch, micro or list(range(unit))), device)
                 mb["group_loss_tokens"] = group_tokens.to(device)
                 mb["group_sequences"] = group_rows.to(device)
-                outputs = policy_outputs(
-                    policy,
-                    mb,
-                    temperature=temperature,
-                    need_entropy=spec.needs_entropy or spec.kind == "online",
-                    share_prefix=self.share_prefix,
-                )
+                entropy = spec.needs_entropy or spec.kind == "online"
+                outputs = self._scored(policy, mb, temperature=temperature, need_entropy=entropy)
                 if critic is not None:
                     outputs["values"] = value_outputs(critic, mb)
                 if "behaviour_version" in mb:  # --proximal-logprobs interpolate
@@ -707,7 +722,11 @@ def _advantage_stats(batch: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _local_backend(config: Any, options: LocalBackendConfig, registry: Registry) -> LocalBackend:
-    return LocalBackend(share_prefix=options.share_prefix, registry=registry)
+    return LocalBackend(
+        share_prefix=options.share_prefix,
+        packed_forward=options.packed_forward,
+        registry=registry,
+    )
 
 
 def _one_process(config: Any) -> str | None:

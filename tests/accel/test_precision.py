@@ -85,3 +85,31 @@ def test_resolve_run_dtype_auto_on_this_gpu_matches_its_capability():
     major, _ = torch.cuda.get_device_capability(0)
     expected = torch.bfloat16 if major >= 8 else torch.float32
     assert resolve_run_dtype("auto", "cuda:0") == expected
+
+
+@pytest.mark.parametrize("has_bf16", [True, False])
+def test_resolve_run_dtype_bfloat16_on_cpu_warns_only_without_bf16_instructions(
+    monkeypatch, caplog, has_bf16
+):
+    from areno_core import log
+
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: has_bf16)
+    monkeypatch.setattr(log, "_WARNED", set())
+    with caplog.at_level(logging.WARNING, logger="areno"):
+        assert resolve_run_dtype("bfloat16", "cpu") == torch.bfloat16
+    assert ("no bfloat16 instructions" in caplog.text) is (not has_bf16)
+
+
+def test_cpu_has_bf16_agrees_with_the_cpu_flags():
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        assert precision.cpu_has_bf16() is True
+    elif "avx512" not in flags:
+        assert precision.cpu_has_bf16() is False
+    else:
+        pytest.skip("AVX-512 without a bfloat16 extension: oneDNN's answer is its own")

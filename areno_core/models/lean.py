@@ -1,0 +1,300 @@
+"""A lean forward pass for Llama-family decoders (Qwen3, Qwen2, Llama).
+
+A transformers model spends a few milliseconds per call outside its kernels on a CPU: the
+module tree, mask construction, output wrappers. For a decode step of a small model, or any
+step of a tiny one, that overhead is most of the time. :class:`LeanDecoder` reads the weights
+of such a model and runs the same computation as a plain sequence of tensor operations:
+
+It reuses the module's own parameters (whatever their dtype: float32, or bfloat16 under
+``--dtype bfloat16``) and issues the same operations in the same order as the transformers code
+with SDPA attention (the same masks and the same grouped-query path), so on the same machine it
+returns the same logits as the module, bit for bit in float32 (in bfloat16, attention runs in
+float32 on a CPU, see :func:`sdpa`, so the logits are close to the module's, not identical).
+
+Inference uses it (the rollout engine); :mod:`areno_core.train.packed` builds the training
+forward from the same pieces; see :func:`lean_unavailable_reason` for what a
+model must look like.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from areno_core.errors import NotAvailableError
+
+# Model types whose transformers implementation is the plain pre-norm Llama block (Qwen3 adds
+# per-head RMSNorm on queries and keys; Qwen2 adds query/key/value biases).
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = ("qwen3", "qwen2", "llama")
+_CAUSAL_LM_CLASSES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM")
+
+# Writes one layer's new keys/values [B, kv_heads, T, head_dim] and returns what attention
+# reads: (keys, values) over the whole visible window.
+KVWriter = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def lean_unavailable_reason(model: nn.Module, *, require_sdpa: bool = True) -> str | None:
+    """Why :class:`LeanDecoder` cannot run ``model`` (None when it can).
+
+    It needs a transformers ``Qwen3ForCausalLM``, ``Qwen2ForCausalLM`` or ``LlamaForCausalLM``
+    with SiLU MLPs, full attention in every layer, plain ``nn.Linear`` / ``nn.Embedding``
+    modules (no adapters or quantized layers) and no forward hooks. ``require_sdpa``: the
+    model must also be set to SDPA attention (the lean pass always uses SDPA, so only then
+    does it give the module's own numbers).
+    """
+    cls = type(model)
+    if cls.__name__ not in _CAUSAL_LM_CLASSES or not cls.__module__.startswith("transformers."):
+        return f"{cls.__name__} is not one of {', '.join(_CAUSAL_LM_CLASSES)}"
+    config = model.config
+    if config.model_type not in SUPPORTED_MODEL_TYPES:
+        return f"model type {config.model_type!r} is not supported"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r} is not silu"
+    layer_types = getattr(config, "layer_types", None) or ()
+    if any(t != "full_attention" for t in layer_types):
+        return "some layers do not use full attention"
+    if getattr(config, "pretraining_tp", 1) not in (None, 1):
+        return "pretraining_tp > 1"
+    implementation = getattr(config, "_attn_implementation", None)
+    if require_sdpa and implementation != "sdpa":
+        return f"attention implementation is {implementation!r}, not 'sdpa'"
+    if getattr(model.model, "gradient_checkpointing", False):
+        return "activation checkpointing is on"
+    if torch.nn.modules.module._global_forward_hooks or (
+        torch.nn.modules.module._global_forward_pre_hooks
+    ):
+        return "global module hooks are registered"
+    for name, module in model.named_modules():
+        if module._forward_hooks or module._forward_pre_hooks:
+            return f"module {name or '<root>'} has forward hooks"
+        if isinstance(module, nn.Linear) and type(module) is not nn.Linear:
+            return f"module {name} is a {type(module).__name__}, not a plain nn.Linear"
+        if isinstance(module, nn.Embedding) and type(module) is not nn.Embedding:
+            return f"module {name} is a {type(module).__name__}, not a plain nn.Embedding"
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        if type(getattr(model.model.layers[0].self_attn, name, None)) is not nn.Linear:
+            return f"attention has no plain {name}"
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        if type(getattr(model.model.layers[0].mlp, name, None)) is not nn.Linear:
+            return f"MLP has no plain {name}"
+    return None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm exactly as the transformers Llama-family modules compute it."""
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + eps)
+    return weight * h.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary embedding of ``q``/``k`` [B, H, T, D] with ``cos``/``sin`` [B, T, D]."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return (q * cos) + (_rotate_half(q) * sin), (k * cos) + (_rotate_half(k) * sin)
+
+
+def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    if n_rep == 1:
+        return x
+    batch, heads, length, dim = x.shape
+    x = x[:, :, None].expand(batch, heads, n_rep, length, dim)
+    return x.reshape(batch, heads * n_rep, length, dim)
+
+
+def sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    n_rep: int,
+    scaling: float,
+) -> torch.Tensor:
+    """Causal attention the way transformers' SDPA integration runs it; returns [B, T, H, D].
+
+    ``mask`` is None (every key visible; causal when there are several queries) or a boolean
+    [B, 1, T, K] mask (True: attend). Grouped-query attention uses the same three paths as
+    transformers: ``enable_gqa`` without a mask, one query folded over the key/value heads
+    with a mask, and repeated keys/values otherwise.
+
+    On a CPU, bfloat16 and float16 inputs are attended in float32 and the result is cast back:
+    torch's CPU attention kernel in bfloat16 measured 2.4x slower than in float32 on a decode
+    step (docs/performance.md), and float32 is the more accurate of the two.
+    """
+    dtype = q.dtype
+    if q.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
+        return sdpa(q.float(), k.float(), v.float(), mask, n_rep, scaling).to(dtype)
+    q_len = q.shape[2]
+    kwargs: dict[str, Any] = {}
+    if n_rep > 1:
+        if mask is None and k.shape[-1] == v.shape[-1] <= 256:
+            kwargs["enable_gqa"] = True
+        elif q_len == 1:
+            q = q.reshape(q.shape[0], q.shape[1] // n_rep, n_rep, q.shape[-1])
+        else:
+            k, v = _repeat_kv(k, n_rep), _repeat_kv(v, n_rep)
+    is_causal = q_len > 1 and mask is None
+    if is_causal and k.shape[2] > q_len:
+        k, v = k[:, :, :q_len], v[:, :, :q_len]
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=0.0, scale=scaling, is_causal=is_causal, **kwargs
+    )
+    out = out.reshape(out.shape[0], -1, q_len, v.shape[-1])
+    return out.transpose(1, 2).contiguous()
+
+
+@attrs.frozen
+class _Linear:
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+@attrs.frozen
+class _Layer:
+    input_norm: torch.Tensor
+    post_norm: torch.Tensor
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+    q: _Linear
+    k: _Linear
+    v: _Linear
+    o: _Linear
+    gate: _Linear
+    up: _Linear
+    down: _Linear
+
+
+def _linear(module: nn.Linear) -> _Linear:
+    return _Linear(module.weight, module.bias)
+
+
+def _layout_fingerprint(model: nn.Module) -> tuple[tuple[int, int, torch.dtype], ...]:
+    """Identity, storage and dtype of every parameter (a move to another device or dtype
+    changes it; an in-place update does not)."""
+    return tuple((id(p), p.data_ptr(), p.dtype) for p in model.parameters())
+
+
+class LeanDecoder:
+    """The forward pass of a Llama-family causal LM as plain tensor operations over the model's
+    own parameters (see the module docstring); raises :class:`NotAvailableError` for a model
+    :func:`lean_unavailable_reason` objects to."""
+
+    def __init__(self, model: nn.Module) -> None:
+        reason = lean_unavailable_reason(model)
+        if reason is not None:
+            raise NotAvailableError(f"the lean forward pass cannot run this model: {reason}")
+        config = model.config
+        base = model.model
+        attn0 = base.layers[0].self_attn
+        self.model = model
+        self.eps = float(config.rms_norm_eps)
+        self.head_dim = int(attn0.head_dim)
+        self.n_rep = int(config.num_attention_heads) // int(config.num_key_value_heads)
+        self.scaling = float(attn0.scaling)
+        self.embed = base.embed_tokens.weight
+        self.padding_idx = base.embed_tokens.padding_idx
+        self.final_norm = base.norm.weight
+        self.rotary = base.rotary_emb
+        self.fingerprint = _layout_fingerprint(model)
+        self.lm_head = _linear(model.lm_head)
+        self.layers: list[_Layer] = []
+        for layer in base.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            q_norm = getattr(attn, "q_norm", None)
+            k_norm = getattr(attn, "k_norm", None)
+            self.layers.append(
+                _Layer(
+                    input_norm=layer.input_layernorm.weight,
+                    post_norm=layer.post_attention_layernorm.weight,
+                    q_norm=None if q_norm is None else q_norm.weight,
+                    k_norm=None if k_norm is None else k_norm.weight,
+                    q=_linear(attn.q_proj),
+                    k=_linear(attn.k_proj),
+                    v=_linear(attn.v_proj),
+                    o=_linear(attn.o_proj),
+                    gate=_linear(mlp.gate_proj),
+                    up=_linear(mlp.up_proj),
+                    down=_linear(mlp.down_proj),
+                )
+            )
+
+    def is_current(self, model: nn.Module) -> bool:
+        """Whether this decoder still reads ``model``'s parameters (False after a device or
+        dtype move, which replaces them; in-place optimizer steps keep it current)."""
+        return model is self.model and _layout_fingerprint(model) == self.fingerprint
+
+    # -- the forward pass --------------------------------------------------------------------
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        mask: torch.Tensor | None,
+        write_kv: KVWriter,
+    ) -> torch.Tensor:
+        """Logits [B, V] of the last position of each row.
+
+        ``input_ids`` / ``position_ids`` are [B, T]; ``mask`` is None (causal, every key
+        visible) or a boolean [B, 1, T, K] mask over what ``write_kv`` returns.
+        """
+        hidden = F.embedding(input_ids, self.embed, self.padding_idx)
+        cos, sin = self.rotary(hidden, position_ids)
+        for index, layer in enumerate(self.layers):
+            hidden = self._layer(index, layer, hidden, cos, sin, mask, write_kv)
+        # Normalise every position, then keep the last one (the order transformers uses).
+        hidden = rms_norm(hidden, self.final_norm, self.eps)
+        logits = self.lm_head(hidden[:, -1:, :])
+        return logits[:, -1, :].float()
+
+    def _layer(
+        self,
+        index: int,
+        layer: _Layer,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor | None,
+        write_kv: KVWriter,
+    ) -> torch.Tensor:
+        batch, length = hidden.shape[:2]
+        shape = (batch, length, -1, self.head_dim)
+        x = rms_norm(hidden, layer.input_norm, self.eps)
+        q, k, v = layer.q(x).view(shape), layer.k(x).view(shape), layer.v(x).view(shape)
+        if layer.q_norm is not None:
+            q = rms_norm(q, layer.q_norm, self.eps)
+        if layer.k_norm is not None:
+            k = rms_norm(k, layer.k_norm, self.eps)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q, k = apply_rotary(q, k, cos, sin)
+        k, v = write_kv(index, k, v)
+        attended = sdpa(q, k, v, mask, self.n_rep, self.scaling)
+        hidden = hidden + layer.o(attended.reshape(batch, length, -1).contiguous())
+        x = rms_norm(hidden, layer.post_norm, self.eps)
+        return hidden + layer.down(F.silu(layer.gate(x)) * layer.up(x))
+
+
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "KVWriter",
+    "LeanDecoder",
+    "apply_rotary",
+    "lean_unavailable_reason",
+    "rms_norm",
+    "sdpa",
+]

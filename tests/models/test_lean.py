@@ -1,0 +1,115 @@
+"""The lean forward pass: hand-computed pieces, and the same logits as the transformers module."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from areno_core.errors import NotAvailableError
+from areno_core.models.lean import (
+    LeanDecoder,
+    apply_rotary,
+    lean_unavailable_reason,
+    rms_norm,
+)
+from areno_core.models.scratch import build_random_model
+from areno_core.rollout.base import EngineOptions, RolloutSession
+from areno_core.rollout.native import NativeEngine, NativeEngineConfig
+from areno_core.types import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_random_model("random:qwen3-tiny").eval()
+
+
+def _no_cache(index: int, keys: torch.Tensor, values: torch.Tensor):
+    return keys, values
+
+
+def test_rms_norm_matches_hand_computed_values():
+    x = torch.tensor([[3.0, 4.0]])
+    out = rms_norm(x, torch.tensor([1.0, 2.0]), eps=0.0)
+    rms = math.sqrt((9 + 16) / 2)
+    torch.testing.assert_close(out, torch.tensor([[3 / rms, 8 / rms]]), atol=1e-6, rtol=0)
+
+
+def test_apply_rotary_quarter_turn_rotates_halves():
+    q = torch.tensor([1.0, 2.0, 3.0, 4.0]).view(1, 1, 1, 4)
+    cos, sin = torch.zeros(1, 1, 4), torch.ones(1, 1, 4)
+    rq, rk = apply_rotary(q, q.clone(), cos, sin)
+    expected = torch.tensor([-3.0, -4.0, 1.0, 2.0]).view(1, 1, 1, 4)
+    torch.testing.assert_close(rq, expected, atol=0, rtol=0)
+    torch.testing.assert_close(rk, expected, atol=0, rtol=0)
+    same, _ = apply_rotary(q, q, torch.ones(1, 1, 4), torch.zeros(1, 1, 4))
+    torch.testing.assert_close(same, q, atol=0, rtol=0)
+
+
+def test_lean_forward_gives_the_module_logits(model):
+    ids = torch.randint(
+        1, model.config.vocab_size, (3, 11), generator=torch.Generator().manual_seed(0)
+    )
+    positions = torch.arange(11).expand(3, 11)
+    lean = LeanDecoder(model)
+    with torch.no_grad():
+        got = lean.forward(ids, positions, None, _no_cache)
+        want = model(input_ids=ids, use_cache=False).logits[:, -1].float()
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_lean_unavailable_reason_names_hooks_and_attention(model):
+    assert lean_unavailable_reason(model) is None
+    handle = model.model.layers[0].mlp.register_forward_hook(lambda *a: None)
+    try:
+        reason = lean_unavailable_reason(model)
+        assert reason is not None and "model.layers.0.mlp has forward hooks" in reason
+        with pytest.raises(NotAvailableError, match="forward hooks"):
+            LeanDecoder(model)
+    finally:
+        handle.remove()
+    eager = build_random_model("random:qwen3-tiny")
+    eager.config._attn_implementation = "eager"
+    assert "not 'sdpa'" in (lean_unavailable_reason(eager) or "")
+    assert lean_unavailable_reason(eager, require_sdpa=False) is None
+    assert "is not one of" in (lean_unavailable_reason(torch.nn.Linear(2, 2)) or "")
+
+
+def _engine_samples(model, lean: bool):
+    engine = NativeEngine(
+        model, (), EngineOptions(attn_backend="native"), NativeEngineConfig(lean_forward=lean)
+    )
+    prompts = [[5, 9, 12, 7], [3, 4], [8, 8, 8, 1, 2, 6]]
+    sampling = SamplingParams(max_new_tokens=12, temperature=1.0, seed=3)
+    with RolloutSession(engine) as session:
+        groups = session.generate(prompts, sampling, n=2)
+    return engine, groups
+
+
+def test_engine_lean_forward_samples_the_same_tokens_as_the_module(model):
+    lean_engine, lean = _engine_samples(model, lean=True)
+    _, module = _engine_samples(model, lean=False)
+    assert lean_engine._lean is not None  # the lean pass really ran
+    for got, want in zip(lean, module, strict=True):
+        for a, b in zip(got, want, strict=True):
+            assert a.token_ids == b.token_ids
+            torch.testing.assert_close(
+                torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=1e-5
+            )
+
+
+def test_engine_lean_forward_on_bfloat16_model_stays_close_to_float32(model):
+    bf16 = build_random_model("random:qwen3-tiny").eval().to(torch.bfloat16)
+    bf16.load_state_dict({k: v.to(torch.bfloat16) for k, v in model.state_dict().items()})
+    ids = torch.randint(
+        1, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(1)
+    )
+    positions = torch.arange(9).expand(2, 9)
+    with torch.no_grad():
+        low = LeanDecoder(bf16).forward(ids, positions, None, _no_cache)
+        high = LeanDecoder(model).forward(ids, positions, None, _no_cache)
+    assert low.dtype == torch.float32
+    # bfloat16 keeps ~3 significant digits; tiny random logits are O(0.1-1).
+    torch.testing.assert_close(low, high, atol=3e-2, rtol=5e-2)
+    assert bool((low.argmax(-1) == high.argmax(-1)).all())
