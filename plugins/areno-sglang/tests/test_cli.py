@@ -136,9 +136,10 @@ def test_grpo_trains_end_to_end_through_a_remote_server_with_weights_pushed_ever
 def test_agentic_recipe_trains_through_the_endpoint_on_top_of_a_remote_server(tmp_path):
     # The OpenAI-compatible agent endpoint talks to the engine protocol only, so the
     # tic-tac-toe agent plays through it unchanged while the turns are sampled remotely.
+    from areno_recipes_agentic.recipes import TICTACTOE_CPU
+
     from areno_core.models.loading import load_model
     from areno_core.recipe import resolve_resource
-    from areno_recipes_agentic.recipes import TICTACTOE_CPU
 
     # The server serves what the recipe trains: its shipped warm start.
     server = ProtocolServer(load_model(resolve_resource(TICTACTOE_CPU.checkpoint))).start()
