@@ -135,8 +135,8 @@ def test_resolved_dict_records_plugin_options_and_reloads(tmp_path):
     resolved = _resolve(algo="ppo", gamma=0.9, prefill_batch_tokens=512, reward_fn_path="r.py")
     data = resolved.to_dict()
     assert data["algorithm"]["gamma"] == 0.9 and data["algorithm"]["lam"] == 0.95
-    assert data["rollout_engine"] == {"prefill_batch_tokens": 512}
-    assert data["backend"] == {"share_prefix": True}
+    assert data["rollout_engine"] == {"prefill_batch_tokens": 512, "lean_forward": True}
+    assert data["backend"] == {"share_prefix": True, "packed_forward": False}
     dump_yaml(data, tmp_path / "config.yaml")
     again = resolve_run({}, registry=get_registry(), config_path=str(tmp_path / "config.yaml"))
     assert again.to_dict() == data
@@ -146,4 +146,4 @@ def test_resolved_dict_records_plugin_options_and_reloads(tmp_path):
 def test_offline_algorithm_records_no_engine_section():
     data = _resolve(algo="sft").to_dict()
     assert "rollout_engine" not in data and "algorithm" not in data  # sft has no options
-    assert data["backend"] == {"share_prefix": True}
+    assert data["backend"] == {"share_prefix": True, "packed_forward": False}

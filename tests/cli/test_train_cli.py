@@ -111,9 +111,9 @@ def test_plugins_json_lists_plugin_and_registrations(capsys, toy_registry):
         "backends": ["distributed", "local"],
     }
     assert by_dist["areno-core"]["options"] == {
-        "rollout engine native": ["prefill_batch_tokens"],
+        "rollout engine native": ["prefill_batch_tokens", "lean_forward"],
         "training backend distributed": ["dist_timeout_s", "fsdp_mixed_precision"],
-        "training backend local": ["share_prefix"],
+        "training backend local": ["share_prefix", "packed_forward"],
     }
     plugin = by_dist["toy-algo-pack"]
     assert plugin["registered"] == {"algorithms": ["toy"], "rewards": ["always_one"]}
