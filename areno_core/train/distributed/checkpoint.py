@@ -133,7 +133,7 @@ def save_sharded_checkpoint(
         ctx.barrier()  # every rank's shards are on disk
         if ctx.is_main:
             extras = [CRITIC_DIR] if model.critic is not None else []
-            _write_manifest(tmp, step=step, extra_names=extras)
+            _write_manifest(tmp, step=step, extra_names=extras, export_names=[])
             _fsync_tree(tmp)
             _move_into_place(tmp, final)
             _write_latest(root, final.name)
