@@ -10,9 +10,11 @@ all completions in microbatches of ``--micro-bs`` completions. Both sides run th
 same saved random Qwen3, the same prompts in the same order, the same reward function, AdamW at
 a constant learning rate with no weight decay, gradient clipping at 1.0, clip epsilon 0.2 and
 the token-mean ("dapo") loss, no KL term and no reference model. Throughput is completions per
-second over the timed steps (the first ``--warmup`` steps of each run are not timed), and the
-reward columns show that speed was not bought with learning: the mean reward of the first
-step's rollout and of the last three steps' rollouts.
+wall second and per CPU second of the process over the timed steps (the first ``--warmup``
+steps of each run are not timed), and the reward columns show that speed was not bought with
+learning: the mean reward of the first step's rollout (before any update, so it should agree
+between the sides within run-to-run noise) and of the last three steps' rollouts. Run ``r``
+uses seed ``r`` on both sides, so repeating a command repeats its rewards.
 
 Work that differs (stated in the output): areno keeps the logprobs computed while sampling and
 never recomputes them; TRL also skips that forward pass when, as here, each generation feeds
@@ -87,12 +89,23 @@ def gsm8k_rows(count: int) -> list[dict[str, str]]:
 
 
 def score_text(completion: str, answer: str) -> float:
-    """1.0 if the answer appears in the completion, else the share of its characters that are
-    digits: a random model never solves the task, the digit share still lets a group's rewards
-    differ, so both trainers have something to learn."""
-    if answer and answer in completion:
+    """1.0 if the completion opens with the answer (leading whitespace skipped) and the answer
+    is not the start of a longer number; else the share of its characters that are digits.
+
+    A random model never solves the task; the digit share still lets a group's rewards differ,
+    so both trainers have something to learn. The full reward asks for the answer at the start
+    on purpose: "the answer appears anywhere" paid 1.0 to about one random 64-token completion
+    in seven when the answer is one digit (GSM8K has such answers), and those few lucky hits,
+    worth some 30 times the digit share, decided the mean reward of a 32-sample step.
+    """
+    text = completion.lstrip()
+    if answer and text.startswith(answer) and not text[len(answer) : len(answer) + 1].isdigit():
         return 1.0
-    return sum(ch.isdigit() for ch in completion) / max(len(completion), 1)
+    return digit_share(completion)
+
+
+def digit_share(text: str) -> float:
+    return sum(ch.isdigit() for ch in text) / max(len(text), 1)
 
 
 # -- children ---------------------------------------------------------------------------------
@@ -239,10 +252,11 @@ def _result(
     clock: common.StepClock, shape: dict[str, Any], rewards: list[float], tokens: int
 ) -> dict[str, Any]:
     samples = shape["prompts"] * shape["samples"] * clock.timed_steps
-    seconds = clock.timed_seconds
+    seconds, cpu = clock.timed_seconds, clock.timed_cpu_seconds
     return {
-        "samples_per_s": samples / seconds,
+        **common.rates("samples", samples, seconds, cpu),
         "step_s": seconds / clock.timed_steps,
+        "step_cpu_s": cpu / clock.timed_steps,
         "completion_tokens_per_s": tokens / seconds,
         "reward_first": rewards[0],
         "reward_last3": sum(rewards[-3:]) / len(rewards[-3:]),
@@ -312,10 +326,12 @@ def drive(args: Any) -> dict[str, Any]:
                 return common.run_child(Path(__file__), [*child_args, *extra])
 
             results = common.interleaved(SIDES, args.reps, run_one)
-        keys = ["samples_per_s", "step_s", "reward_first", "reward_last3", "peak_rss_mib"]
-        summary = common.summarize(results, keys)
+        keys = ["samples_per_s", "samples_per_cpu_s", "step_s", "step_cpu_s", "reward_first"]
+        summary = common.summarize(results, [*keys, "reward_last3", "peak_rss_mib"])
         report["shapes"][name] = {"shape": shape, "runs": results, "median": summary}
         print_summary(name, shape, summary)
+        for line in common.ratio_lines(results, "trl", [("samples", "samples")]):
+            print(line)
     print(
         "\nNot the same work on both sides: TRL samples with transformers.generate on the "
         "padded batch, areno with its native engine; neither recomputes old logprobs (one "
@@ -331,10 +347,12 @@ def print_summary(name: str, shape: dict[str, Any], summary: dict[str, dict[str,
         rows.append(
             [
                 side,
+                s["samples_per_cpu_s"],
                 s["samples_per_s"],
+                s["step_cpu_s"],
                 s["step_s"],
-                s["reward_first"],
-                s["reward_last3"],
+                _spread(s, "reward_first"),
+                _spread(s, "reward_last3"),
                 s["peak_rss_mib"],
                 f"{s['load_min']:.1f}-{s['load_max']:.1f}",
             ]
@@ -344,10 +362,12 @@ def print_summary(name: str, shape: dict[str, Any], summary: dict[str, dict[str,
         common.table(
             [
                 "side",
-                "samples/s",
-                "s/step",
-                "reward step 1",
-                f"reward steps {steps - 2}-{steps}",
+                "samples per CPU-s",
+                "samples per wall-s",
+                "CPU-s/step",
+                "wall-s/step",
+                "reward step 1 (range)",
+                f"reward steps {max(steps - 2, 1)}-{steps} (range)",
                 "peak RSS MiB",
                 "load",
             ],
@@ -355,10 +375,14 @@ def print_summary(name: str, shape: dict[str, Any], summary: dict[str, dict[str,
         )
     )
     print(
-        f"ratio areno/TRL: samples/s {a['samples_per_s'] / t['samples_per_s']:.2f}x, "
-        f"peak RSS {a['peak_rss_mib'] / t['peak_rss_mib']:.2f}x, "
+        f"medians areno/TRL: peak RSS {a['peak_rss_mib'] / t['peak_rss_mib']:.2f}x, "
+        f"reward step 1 {a['reward_first'] - t['reward_first']:+.3f}, "
         f"final reward {a['reward_last3'] - t['reward_last3']:+.3f} (areno - TRL)"
     )
+
+
+def _spread(summary: dict[str, float], key: str) -> str:
+    return f"{summary[key]:.3f} ({summary[key + '_min']:.3f}-{summary[key + '_max']:.3f})"
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,44 @@ def _common():
     finally:
         sys.path.remove(str(BENCH))
     return common
+
+
+def _bench_grpo():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import bench_grpo  # bench/bench_grpo.py
+    finally:
+        sys.path.remove(str(BENCH))
+    return bench_grpo
+
+
+def test_grpo_score_text_full_reward_only_for_the_answer_at_the_start() -> None:
+    score = _bench_grpo().score_text
+    assert score(" 5 apples", "5") == 1.0
+    assert score("57", "57") == 1.0
+    assert score("\n42.", "42") == 1.0
+    # The answer inside other text, or as the start of a longer number: the digit share only.
+    assert score("ab5cd", "5") == 0.2
+    assert score("x 42 y", "42") == 2 / 6
+    assert score("57ab", "5") == 0.5
+    assert score("", "5") == 0.0
+    assert score("abc1", "") == 0.25
+
+
+def test_grpo_score_text_on_random_bytes_is_about_the_digit_share() -> None:
+    """What a random model's first rollout earns: a one-digit answer turns up somewhere in
+    about a fifth of 64 random bytes, so paying 1.0 for "answer anywhere" made the step-1
+    reward a lottery over a few lucky samples instead of the digit share both sides share."""
+    bench_grpo = _bench_grpo()
+    rng = random.Random(0)
+    texts = [bytes(rng.randrange(256) for _ in range(64)).decode(errors="replace")
+             for _ in range(400)]  # fmt: skip
+    assert sum("5" in t for t in texts) / len(texts) > 0.15  # the lottery the old rule paid
+    scores = [bench_grpo.score_text(t, "5") for t in texts]
+    shares = [bench_grpo.digit_share(t) for t in texts]
+    mean_share = sum(shares) / len(shares)
+    assert 0.02 < mean_share < 0.06  # ~10 digit bytes of 256, U+FFFD for the bytes >= 0x80
+    assert abs(sum(scores) / len(scores) - mean_share) < 0.005
 
 
 def test_paired_ratios_divide_run_by_run_and_skip_missing_values() -> None:
