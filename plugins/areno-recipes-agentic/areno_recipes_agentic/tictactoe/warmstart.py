@@ -13,55 +13,19 @@ the weights.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-KEEP_FILES: tuple[str, ...] = (
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-)
-PROVENANCE_FILE = "provenance.json"
+from areno_core.models.warmstart import KEEP_FILES, PROVENANCE_FILE, sha256
+from areno_core.models.warmstart import export_checkpoint as _export
+
 SFT_COMMAND = "areno train --recipe agentic/tictactoe-cpu-sft --save-path runs/ttt-sft"
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def export_checkpoint(src: str | Path, out: str | Path, *, command: str = SFT_COMMAND) -> Path:
-    """Copy the model and tokenizer files of checkpoint ``src`` (or of the newest checkpoint
-    of a run directory) into ``out``, which is replaced."""
-    step_dir = Path(src)
-    if (step_dir / "latest").is_file():
-        step_dir = step_dir / (step_dir / "latest").read_text().strip()
-    if not (step_dir / "model.safetensors").is_file():
-        raise FileNotFoundError(f"{step_dir} holds no model.safetensors; is it a checkpoint?")
-    out = Path(out)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    for name in KEEP_FILES:
-        if (step_dir / name).is_file():
-            shutil.copyfile(step_dir / name, out / name)
-    provenance = {
-        "source_step": step_dir.name,
-        "command": command,
-        "model_sha256": sha256(out / "model.safetensors"),
-    }
-    (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
-    return out
+    """Export checkpoint ``src`` as this pack's warm start in ``out`` (replaced), recording
+    ``command`` (see :func:`areno_core.models.warmstart.export_checkpoint`)."""
+    return _export(src, out, command=command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(export_checkpoint(args.src, args.out))
     return 0
+
+
+__all__ = ["KEEP_FILES", "PROVENANCE_FILE", "SFT_COMMAND", "export_checkpoint", "main", "sha256"]
 
 
 if __name__ == "__main__":
