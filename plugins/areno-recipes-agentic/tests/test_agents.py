@@ -120,7 +120,12 @@ def test_tictactoe_agent_sends_the_rows_tools_and_tool_choice(fake_openai: Any) 
         tictactoe_loader({"board": WIN_NOW}),
     ]
     _run(tictactoe_agent, _ctx(server), _batch(rows))
-    forced, required, plain = server.requests
+    # the three episodes run concurrently: requests arrive in any order, so match by content
+    assert len(server.requests) == 3
+    by_choice = {repr(body.get("tool_choice")): body for body in server.requests}
+    forced = by_choice[repr({"type": "function", "function": {"name": "choose_square"}})]
+    required = by_choice["'required'"]
+    plain = by_choice["None"]
     assert forced["tools"] == [choose_square_tool(compact=True)]
     assert forced["tool_choice"] == {"type": "function", "function": {"name": "choose_square"}}
     assert required["tool_choice"] == "required"
