@@ -9,12 +9,13 @@ reward function, normalise rewards within each prompt's group, and make one opti
 all completions in microbatches of ``--micro-bs`` completions. Both sides run that step on the
 same saved random Qwen3, the same prompts in the same order, the same reward function, AdamW at
 a constant learning rate with no weight decay, gradient clipping at 1.0, clip epsilon 0.2 and
-the token-mean ("dapo") loss, no KL term and no reference model. Throughput is completions per
-wall second and per CPU second of the process over the timed steps (the first ``--warmup``
-steps of each run are not timed), and the reward columns show that speed was not bought with
-learning: the mean reward of the first step's rollout (before any update, so it should agree
-between the sides within run-to-run noise) and of the last three steps' rollouts. Run ``r``
-uses seed ``r`` on both sides, so repeating a command repeats its rewards.
+the token-mean ("dapo") loss, no KL term, no reference model and no activation checkpointing.
+Throughput is completions per wall second and per CPU second of the process over the timed
+steps (the first ``--warmup`` steps of each run are not timed), and the reward columns show
+that speed was not bought with learning: the mean reward of the first step's rollout (before
+any update, so it should agree between the sides within run-to-run noise) and of the last
+three steps' rollouts. Run ``r`` uses seed ``r`` on both sides, so repeating a command
+repeats its rewards.
 
 Work that differs (stated in the output): areno keeps the logprobs computed while sampling and
 never recomputes them; TRL also skips that forward pass when, as here, each generation feeds
@@ -161,6 +162,9 @@ def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> d
             temperature=1.0,
             max_new_tokens=shape["new_tokens"],
             grpo_clip_eps=0.2,
+            # As TRL's side (gradient_checkpointing=False). areno's default is on, and with it
+            # the training forward cannot reuse a shared prompt's keys/values either.
+            activation_checkpointing=False,
         )
         rewards.append(metrics["rollout/reward_mean"])
         if step >= shape["warmup"]:

@@ -6,12 +6,12 @@
 Both sides train the same saved random Qwen3 on the same GSM8K train rows (question as a user
 turn, worked answer as the assistant turn, rendered with the model's chat template), the same
 rows in each optimizer step (``--batch`` rows, ``--micro-bs`` rows per microbatch), AdamW at a
-constant learning rate with no weight decay, gradient clipping at 1.0, loss = mean NLL over
-the step's response tokens. TRL gets the very token ids and response masks areno builds
-(a pre-tokenized dataset with ``input_ids`` and ``completion_mask``) and reads its rows in
-order. Throughput is target (response) tokens per second over the timed steps, per wall second
-and per CPU second of the process, after ``--warmup`` untimed steps; each run is its own
-process so its peak RSS is its own.
+constant learning rate with no weight decay, gradient clipping at 1.0, no activation
+checkpointing, loss = mean NLL over the step's response tokens. TRL gets the very token ids
+and response masks areno builds (a pre-tokenized dataset with ``input_ids`` and
+``completion_mask``) and reads its rows in order. Throughput is target (response) tokens per
+second over the timed steps, per wall second and per CPU second of the process, after
+``--warmup`` untimed steps; each run is its own process so its peak RSS is its own.
 
 Sides (``--sides``): ``areno`` (padded microbatches cut by length), ``areno-packed``
 (``packed_forward``: rows without padding), ``areno-packed-bf16`` (the same on the model loaded
@@ -74,6 +74,7 @@ def run_areno(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
             mini_bs=args.micro_bs,
             max_prompt_tokens=4096,
             max_new_tokens=4096,
+            activation_checkpointing=False,  # as TRL's side (gradient_checkpointing=False)
         )
         losses.append(result.metrics["train/loss"])
         if step >= args.warmup:
