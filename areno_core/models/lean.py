@@ -46,6 +46,10 @@ def lean_unavailable_reason(model: nn.Module, *, require_sdpa: bool = True) -> s
     modules (no adapters or quantized layers) and no forward hooks. ``require_sdpa``: the
     model must also be set to SDPA attention (the lean pass always uses SDPA, so only then
     does it give the module's own numbers).
+
+    Activation checkpointing on the module does not matter: decoding records no gradients,
+    and the packed training forward (:mod:`areno_core.train.packed`) checkpoints its layers
+    itself.
     """
     cls = type(model)
     if cls.__name__ not in _CAUSAL_LM_CLASSES or not cls.__module__.startswith("transformers."):
@@ -63,14 +67,17 @@ def lean_unavailable_reason(model: nn.Module, *, require_sdpa: bool = True) -> s
     implementation = getattr(config, "_attn_implementation", None)
     if require_sdpa and implementation != "sdpa":
         return f"attention implementation is {implementation!r}, not 'sdpa'"
-    if getattr(model.model, "gradient_checkpointing", False):
-        return "activation checkpointing is on"
     if torch.nn.modules.module._global_forward_hooks or (
         torch.nn.modules.module._global_forward_pre_hooks
     ):
         return "global module hooks are registered"
+    # transformers' enable_input_require_grads (run when activation checkpointing is turned
+    # on) marks the embedding output as requiring gradients with a forward hook; neither the
+    # lean decode (no gradients) nor the packed training forward (non-reentrant checkpoints)
+    # needs it, so that one hook does not count.
+    benign = {handle.id for handle in getattr(model, "_require_grads_hooks", None) or ()}
     for name, module in model.named_modules():
-        if module._forward_hooks or module._forward_pre_hooks:
+        if module._forward_pre_hooks or any(key not in benign for key in module._forward_hooks):
             return f"module {name or '<root>'} has forward hooks"
         if isinstance(module, nn.Linear) and type(module) is not nn.Linear:
             return f"module {name} is a {type(module).__name__}, not a plain nn.Linear"

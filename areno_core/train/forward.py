@@ -18,8 +18,11 @@ import torch
 import torch.nn.functional as F
 
 from areno_core.accel.attention import uses_flash
+from areno_core.log import get_logger, warn_once
 from areno_core.models.loading import is_activation_checkpointing
 from areno_core.train.packed import build_layout, packed_hidden, packed_unavailable_reason
+
+logger = get_logger(__name__)
 
 # Share prompts only when that cuts the padded token count of a microbatch by at least this.
 MIN_SHARED_SAVING = 0.2
@@ -71,6 +74,8 @@ def policy_outputs(
             model, batch, temperature=temperature, need_entropy=need_entropy, plan=plan
         )
     plan = shared_prefix_plan(batch) if share_prefix and supports_shared_prefix(model) else None
+    if plan is None and share_prefix and not flash and torch.is_grad_enabled():
+        _hint_packed_forward(model, batch)
     if plan is not None:
         return _shared_prefix_outputs(model, batch, plan, temperature, need_entropy)
     if flash and not bool(batch["attention_mask"].all()):
@@ -84,6 +89,23 @@ def policy_outputs(
     if entropy is not None:
         result["entropy"] = F.pad(entropy, (1, 0), value=0.0)
     return result
+
+
+def _hint_packed_forward(model: Any, batch: dict[str, Any]) -> None:
+    """Say once when activation checkpointing keeps the padded forward from sharing prompts
+    that the packed forward would share (measured 4x less CPU time per GRPO step on the
+    GSM8K-shaped benchmark, docs/performance.md)."""
+    if not is_activation_checkpointing(model) or not getattr(model, "training", False):
+        return
+    if packed_unavailable_reason(model) is not None or shared_prefix_plan(batch) is None:
+        return
+    warn_once(
+        logger,
+        "forward.packed_hint",
+        "activation checkpointing is on, so the padded training forward runs every row's "
+        "prompt in full; --packed-forward shares prompts with checkpointing on (or pass "
+        "--no-activation-checkpointing when memory allows), see docs/performance.md",
+    )
 
 
 def _scored_tokens(

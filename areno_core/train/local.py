@@ -80,7 +80,8 @@ class LocalBackendConfig:
         "with a microbatch's rows packed into one token stream (no compute on padding, a "
         "prompt shared by several rows run once, the output projection only where a loss "
         "token is predicted); other models run the transformers module. Models with "
-        "flash-attn are packed either way.",
+        "flash-attn are packed either way. With activation checkpointing on (the default) "
+        "only this path shares prompts: it checkpoints its own layers.",
         negatable=True,
     )
 

@@ -30,13 +30,15 @@ import attrs
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from areno_core.models.lean import _repeat_kv, apply_rotary, lean_unavailable_reason, rms_norm
 
 
 def packed_unavailable_reason(model: nn.Module) -> str | None:
     """Why :func:`packed_policy_outputs` cannot run ``model`` (None when it can): the lean
-    forward pass must support it, and attention dropout must be off."""
+    forward pass must support it, and attention dropout must be off. Activation checkpointing
+    is fine: :func:`packed_hidden` then checkpoints each decoder layer itself."""
     reason = lean_unavailable_reason(model, require_sdpa=False)
     if reason is not None:
         return reason
@@ -209,7 +211,13 @@ class _Attention:
 
 def packed_hidden(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
     """Final-norm hidden states [M, hidden] at ``layout.score_src`` (the lean forward pass of
-    a Llama-family model over the packed tokens, with autograd)."""
+    a Llama-family model over the packed tokens, with autograd).
+
+    When the model has activation checkpointing on and gradients are being recorded, each
+    decoder layer runs under a non-reentrant checkpoint, as the module's own layers would: only
+    the layer inputs are kept, and the backward pass runs each layer again. Shared prompts stay
+    shared (the recomputation reads the same packed stream).
+    """
     config, base = model.config, model.model
     attn0 = base.layers[0].self_attn
     head_dim = int(attn0.head_dim)
@@ -220,7 +228,8 @@ def packed_hidden(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
     cos, sin = base.rotary_emb(hidden[None], layout.positions[None])
     cos, sin = cos[0], sin[0]  # [N, D]; apply_rotary broadcasts them over the heads
     tokens = hidden.shape[0]
-    for layer in base.layers:
+
+    def run_layer(layer: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
         attn, mlp = layer.self_attn, layer.mlp
         x = rms_norm(hidden, layer.input_layernorm.weight, eps)
         q = attn.q_proj(x).view(tokens, -1, head_dim)
@@ -234,5 +243,16 @@ def packed_hidden(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
         q, k = apply_rotary(q, k, cos, sin)
         hidden = hidden + attn.o_proj(attention(q, k, v))
         x = rms_norm(hidden, layer.post_attention_layernorm.weight, eps)
-        hidden = hidden + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+        return hidden + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+
+    checkpointed = (
+        model.training
+        and torch.is_grad_enabled()
+        and bool(getattr(base, "gradient_checkpointing", False))
+    )
+    for layer in base.layers:
+        if checkpointed:
+            hidden = checkpoint(run_layer, layer, hidden, use_reentrant=False)
+        else:
+            hidden = run_layer(layer, hidden)
     return rms_norm(hidden[layout.score_src], base.norm.weight, eps)

@@ -76,6 +76,21 @@ def test_lean_unavailable_reason_names_hooks_and_attention(model):
     assert "is not one of" in (lean_unavailable_reason(torch.nn.Linear(2, 2)) or "")
 
 
+def test_engine_keeps_the_lean_forward_when_training_turned_activation_checkpointing_on():
+    """A run's first train step turns activation checkpointing on (the default); decoding
+    records no gradients, so later rollouts must still use the lean pass."""
+    from areno_core.models.loading import enable_activation_checkpointing
+
+    model = build_random_model("random:qwen3-tiny")
+    enable_activation_checkpointing(model)
+    model.eval()
+    assert lean_unavailable_reason(model) is None
+    engine, groups = _engine_samples(model, lean=True)
+    assert engine._lean is not None
+    _, module = _engine_samples(model, lean=False)
+    assert [[c.token_ids for c in g] for g in groups] == [[c.token_ids for c in g] for g in module]
+
+
 def _engine_samples(model, lean: bool):
     engine = NativeEngine(
         model, (), EngineOptions(attn_backend="native"), NativeEngineConfig(lean_forward=lean)

@@ -139,3 +139,60 @@ def test_packed_forward_in_bfloat16_stays_close_to_float32(model):
     # Mean NLL within 1% (bfloat16 keeps ~3 significant digits per product).
     torch.testing.assert_close(got[scored].mean(), want[scored].mean(), atol=0, rtol=1e-2)
     torch.testing.assert_close(got[scored], want[scored], atol=5e-2, rtol=2e-2)
+
+
+def test_packed_forward_with_activation_checkpointing_checkpoints_each_layer_and_keeps_gradients(
+    monkeypatch,
+):
+    """With the module's activation checkpointing on, the packed path still runs (prompts
+    stay shared) and checkpoints every decoder layer itself, with the same numbers."""
+    import areno_core.train.packed as packed_module
+    from areno_core.models.loading import enable_activation_checkpointing
+
+    model = build_random_model("random:qwen3-tiny")
+    model.train()
+    batch = grouped_batch()
+    mask = batch["loss_mask"]
+    plain = _grads(model, lambda: policy_outputs(model, batch, packed=True), mask)
+
+    enable_activation_checkpointing(model)
+    assert packed_unavailable_reason(model) is None
+    calls = []
+    real = packed_module.checkpoint
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("use_reentrant"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(packed_module, "checkpoint", counting)
+    checkpointed = _grads(model, lambda: policy_outputs(model, batch, packed=True), mask)
+    assert calls == [False] * model.config.num_hidden_layers
+    torch.testing.assert_close(checkpointed[0], plain[0], atol=0.0, rtol=0.0)
+    for a, b in zip(checkpointed[2], plain[2], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    calls.clear()
+    with torch.no_grad():  # nothing to recompute without gradients
+        policy_outputs(model, batch, packed=True)
+    assert calls == []
+
+
+def test_padded_forward_with_activation_checkpointing_hints_at_packed_forward_once(
+    monkeypatch, caplog
+):
+    import logging
+
+    from areno_core import log
+    from areno_core.models.loading import enable_activation_checkpointing
+
+    monkeypatch.setattr(log, "_WARNED", set())
+    model = build_random_model("random:qwen3-tiny")
+    model.train()
+    batch = grouped_batch()
+    with caplog.at_level(logging.WARNING, logger="areno"):
+        policy_outputs(model, batch)  # checkpointing off: prompts shared, nothing to say
+        assert "--packed-forward" not in caplog.text
+        enable_activation_checkpointing(model)
+        policy_outputs(model, batch)
+        policy_outputs(model, batch, packed=True)  # the packed path shares: no hint
+        policy_outputs(model, batch)
+    assert caplog.text.count("--packed-forward shares prompts with checkpointing on") == 1
