@@ -15,8 +15,10 @@ second over the timed steps, per wall second and per CPU second of the process, 
 
 Sides (``--sides``): ``areno`` (padded microbatches cut by length), ``areno-packed``
 (``packed_forward``: rows without padding), ``areno-packed-bf16`` (the same on the model loaded
-in bfloat16 with float32 master weights, what ``--dtype bfloat16`` runs), ``trl`` (padded)
-and ``trl-padfree`` (``padding_free=True``). Ratios are against the first TRL side.
+in bfloat16 with float32 master weights, what ``--dtype bfloat16`` runs), ``trl`` (padded),
+``trl-padfree`` (``padding_free=True``) and ``trl-packing`` (``packing=True``, best-fit
+decreasing into 2,048-token sequences, one per microbatch; TRL then runs padding-free too).
+Ratios are against the first TRL side.
 
 Work that differs (stated in the output): areno sorts the rows of an optimizer step by length
 before cutting microbatches, and on a CPU runs a microbatch as several length-homogeneous
@@ -36,7 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-SIDES = ("areno", "areno-packed", "areno-packed-bf16", "trl", "trl-padfree")
+SIDES = ("areno", "areno-packed", "areno-packed-bf16", "trl", "trl-padfree", "trl-packing")
+# trl-packing: rows packed best-fit-decreasing into sequences of this many tokens, one sequence
+# per microbatch (about --micro-bs GSM8K rows each, so a microbatch holds similar work).
+PACK_TOKENS = 2048
 
 
 def sft_rows(count: int) -> list[dict[str, Any]]:
@@ -106,9 +111,10 @@ def run_trl(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             clock.mark()
 
+    packing = args.child == "trl-packing"
     config = SFTConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-sft-"),
-        per_device_train_batch_size=args.micro_bs,
+        per_device_train_batch_size=1 if packing else args.micro_bs,
         gradient_accumulation_steps=args.batch // args.micro_bs,
         max_steps=args.warmup + args.steps,
         learning_rate=args.lr,
@@ -116,8 +122,9 @@ def run_trl(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         warmup_steps=0,
         weight_decay=0.0,
         max_grad_norm=1.0,
-        max_length=None,
-        packing=False,
+        max_length=PACK_TOKENS if packing else None,
+        packing=packing,
+        packing_strategy="bfd",
         padding_free=args.child == "trl-padfree",
         completion_only_loss=True,
         gradient_checkpointing=False,
@@ -213,7 +220,9 @@ def drive(args: Any) -> dict[str, Any]:
         "\nNot the same work: areno sorts a step's rows by length and runs each microbatch "
         "as length-homogeneous pieces (less padding, same gradient), or packed (no padding); "
         "TRL pads each microbatch to its longest row (trl-padfree: padding_free=True, rows "
-        "laid end to end) and also computes per-token entropy and accuracy for its logs."
+        "laid end to end; trl-packing: rows packed into 2,048-token sequences, so its "
+        "microbatches hold other rows than areno's) and also computes per-token entropy and "
+        "accuracy for its logs."
     )
     return report
 
