@@ -166,6 +166,10 @@ def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> d
             # the training forward cannot reuse a shared prompt's keys/values either.
             activation_checkpointing=False,
         )
+        # Tell the engine which policy version it samples from now, as the run loop does;
+        # otherwise the next step's samples look stale and the trainer scores them again with
+        # the current policy (the decoupled objective's proximal pass) before updating.
+        engine.sync_weights(model.policy, version=model.optimizer_steps)
         rewards.append(metrics["rollout/reward_mean"])
         if step >= shape["warmup"]:
             tokens += sum(t.num_action_tokens for g in groups for t in g.trajectories)
