@@ -334,11 +334,12 @@ def _check(config: Any) -> str | None:
             f"--dtype {config.dtype}: parameters stay float32 under FSDP2, which computes in "
             "bfloat16 on GPUs itself (--fsdp-mixed-precision); use --dtype auto or float32"
         )
-    if getattr(config, "lora_rank", None) is not None and (config.tp_size or 1) > 1:
+    lora = getattr(config, "lora_rank", None) is not None
+    if lora and (config.tp_size or 1) > 1 and config.lora_dropout > 0:
         return (
-            f"--lora-rank {config.lora_rank} with --tp-size {config.tp_size}: LoRA adapters are "
-            "sharded over data-parallel processes only (the tensor-parallel plans do not split "
-            "PEFT's adapter layers); use --tp-size 1"
+            f"--lora-dropout {config.lora_dropout:g} with --tp-size {config.tp_size}: dropout "
+            "on the adapters' input is not coordinated across tensor-parallel ranks (each would "
+            "draw its own masks); use --lora-dropout 0 or --tp-size 1"
         )
     if getattr(config, "tune_params", False):
         return (

@@ -147,3 +147,13 @@ def test_lora_two_processes_resume_continues_like_one_process(runs):
     two_processes(grpo_args(runs["data"], two, "--max-steps", "3", "--resume", "auto"))
     assert_same_steps(history(two), history(one))
     assert_same_adapter(two / "step_3", one / "step_3")
+
+
+def test_lora_tensor_parallel_two_processes_train_like_one_process(runs):
+    """tp=2: the base projections and the matching adapter halves are split (see
+    ``parallelize._linear_plan``); frozen per-head norms stay frozen."""
+    run = runs["data"] / "tp2"
+    two_processes(grpo_args(runs["data"], run, "--max-steps", "2", "--tp-size", "2"))
+    assert_same_steps(history(run), history(runs["one"])[:2])
+    assert_same_adapter(run / "step_2", runs["one"] / "step_2")
+    assert "tp_size: 2" in (run / "config.yaml").read_text()
