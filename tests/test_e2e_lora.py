@@ -208,15 +208,18 @@ def test_lora_without_peft_is_not_available_before_loading(tmp_path, data, capsy
     assert not (tmp_path / "run").exists()
 
 
-def test_lora_on_the_distributed_backend_is_refused_before_any_process_starts(
+def test_lora_dropout_with_tensor_parallel_is_refused_before_any_process_starts(
     tmp_path, data, capsys
 ):
-    """FSDP2 does not shard PEFT's adapter layers yet (their weights load as plain tensors
-    into DTensor parameters), so the distributed backend refuses --lora-rank up front."""
+    """Adapter dropout is not coordinated across tensor-parallel ranks, so the distributed
+    backend refuses it with --tp-size > 1 up front (LoRA with --world-size 2, --tp-size 1 or
+    2, runs: tests/train/distributed/test_lora.py)."""
     code, err = run_cli(
         capsys, *command(data, "grpo"), "--max-steps", "2", "--save-path", str(tmp_path / "run"),
-        "--backend", "distributed", "--world-size", "2",
+        "--backend", "distributed", "--world-size", "2", "--tp-size", "2",
+        "--lora-dropout", "0.1",
     )  # fmt: skip
     assert code == 2
-    assert "--lora-rank 4: LoRA adapters are not sharded by the distributed backend yet" in err
+    assert "--lora-dropout 0.1 with --tp-size 2: dropout on the adapters' input is not" in err
+    assert "use --lora-dropout 0 or --tp-size 1" in err
     assert not (tmp_path / "run").exists()

@@ -39,6 +39,8 @@ logger = get_logger(__name__)
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 MERGED_DIR = "merged"
+# What PEFT puts before the adapted model's own parameter names (``PeftModel.state_dict()``).
+PEFT_PREFIX = "base_model.model."
 ALL_LINEAR = "all-linear"
 
 _ATTENTION_AND_MLP = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -261,38 +263,40 @@ class LoraAdapter:
 
     # -- weights ----------------------------------------------------------------------------
 
-    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
-        """The adapter's weights under PEFT's saved names (what :meth:`save` writes)."""
-        return _adapter_state_dict(self.peft_model)
+    def adapter_state_dict(
+        self, weights: Mapping[str, torch.Tensor] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The adapter's weights under PEFT's saved names (what :meth:`save` writes).
+
+        ``weights``: read them from this state dict of the adapted policy (its own names,
+        e.g. ``...q_proj.lora_A.default.weight``; only the adapter's entries are needed)
+        instead of the live policy: the distributed backend passes the gathered weights of a
+        sharded one."""
+        if weights is None:
+            return _adapter_state_dict(self.peft_model)
+        prefixed = {f"{PEFT_PREFIX}{k}": v for k, v in weights.items() if ".lora_" in k}
+        peft = _peft()
+        return dict(
+            peft.get_peft_model_state_dict(
+                self.peft_model, state_dict=prefixed, save_embedding_layers=False
+            )
+        )
 
     def adapter_config(self) -> dict[str, Any]:
         """The content of ``adapter_config.json``."""
         config = self.peft_model.peft_config["default"].to_dict()
         return {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
 
-    def adapter_weights(self) -> AdapterWeights:
-        return AdapterWeights(self.adapter_config(), self.adapter_state_dict(), self.base)
+    def adapter_weights(self, module: nn.Module | None = None) -> AdapterWeights:
+        """The adapter as an engine takes it; ``module``: read its weights from this full
+        (unsharded) copy of the adapted policy instead of the policy itself."""
+        weights = None if module is None else module.state_dict()
+        return AdapterWeights(self.adapter_config(), self.adapter_state_dict(weights), self.base)
 
-    @torch.no_grad()
-    def merged_state_dict(self) -> dict[str, torch.Tensor]:
-        """The policy's weights with every adapter merged in, under the base model's names
-        (``...q_proj.weight``): what the base model's ``load_state_dict`` takes. Computed
-        without touching the live weights; merged in float32, then cast to each weight's
-        dtype."""
-        owners = {name: m for name, m in self.policy.named_modules() if _is_lora_layer(m)}
-        merged: dict[str, torch.Tensor] = {}
-        for key, value in self.policy.state_dict().items():
-            if ".lora_" in key:
-                continue
-            owner, sep, param = key.rpartition(".base_layer.")
-            if not sep or owner not in owners:
-                merged[key] = value
-                continue
-            if param == "weight":
-                delta = owners[owner].get_delta_weight("default")
-                value = (value.float() + delta.float()).to(value.dtype)
-            merged[f"{owner}.{param}"] = value
-        return merged
+    def merged_state_dict(self, module: nn.Module | None = None) -> dict[str, torch.Tensor]:
+        """The policy's weights with every adapter merged in (see :func:`merged_state_dict`);
+        ``module``: a full (unsharded) copy of the adapted policy to read instead."""
+        return merged_state_dict(self.policy if module is None else module)
 
     def save(self, directory: str | Path) -> None:
         """Write the adapter in PEFT's format: ``PeftModel.from_pretrained(base, directory)``
@@ -302,15 +306,43 @@ class LoraAdapter:
     def save_merged(self, directory: str | Path, tokenizer: Any = None) -> None:
         """Write a plain Hugging Face model (``AutoModelForCausalLM.from_pretrained`` loads
         it) with the adapters merged into the base weights, and the tokenizer beside it."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.policy.save_pretrained(str(directory), state_dict=self.merged_state_dict())
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(directory))
+        save_merged(self.policy, directory, tokenizer)
 
     def load(self, directory: str | Path) -> None:
         """Load the adapter weights that :meth:`save` wrote (see :func:`load_adapter_weights`)."""
         load_adapter_weights(self.peft_model, directory)
+
+
+@torch.no_grad()
+def merged_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The weights of ``module`` (a model with PEFT's LoRA layers inside) with every adapter
+    merged in, under the base model's names (``...q_proj.weight``): what the base model's
+    ``load_state_dict`` takes. Computed without touching the live weights; merged in float32,
+    then cast to each weight's dtype."""
+    owners = {name: m for name, m in module.named_modules() if _is_lora_layer(m)}
+    merged: dict[str, torch.Tensor] = {}
+    for key, value in module.state_dict().items():
+        if ".lora_" in key:
+            continue
+        owner, sep, param = key.rpartition(".base_layer.")
+        if not sep or owner not in owners:
+            merged[key] = value
+            continue
+        if param == "weight":
+            delta = owners[owner].get_delta_weight("default")
+            value = (value.float() + delta.float()).to(value.dtype)
+        merged[f"{owner}.{param}"] = value
+    return merged
+
+
+def save_merged(module: nn.Module, directory: str | Path, tokenizer: Any = None) -> None:
+    """Write ``module`` (a Hugging Face model with LoRA layers inside) as a plain Hugging Face
+    model with the adapters merged into the base weights, and ``tokenizer`` beside it."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    module.save_pretrained(str(directory), state_dict=merged_state_dict(module))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(directory))
 
 
 def _adapter_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
@@ -417,17 +449,21 @@ class BaseModelView:
         return getattr(self.policy, name)
 
 
-def weights_for_engine(model: Any, mode: str) -> Any:
+def weights_for_engine(model: Any, mode: str, module: nn.Module | None = None) -> Any:
     """What ``engine.sync_weights`` receives for the policy of ``model`` (a TrainableModel):
     the policy module without an adapter (as always) or for ``mode="module"``; with an adapter,
-    the merged state dict (``"merged"``) or the :class:`AdapterWeights` (``"adapter"``)."""
+    the merged state dict (``"merged"``) or the :class:`AdapterWeights` (``"adapter"``).
+
+    ``module``: the full, current copy of the adapted policy that rollouts sample from (the
+    distributed backend's gathered replica of its sharded policy); the policy by default."""
     adapter = getattr(model, "adapter", None)
+    source = model.policy if module is None else module
     if adapter is None or mode == "module":
-        return model.policy
+        return source
     if mode == "merged":
-        return adapter.merged_state_dict()
+        return merged_state_dict(source)
     if mode == "adapter":
-        return adapter.adapter_weights()
+        return adapter.adapter_weights(None if source is model.policy else source)
     raise ValueError(f"unknown lora_weights mode {mode!r}; valid: {', '.join(LORA_WEIGHTS)}")
 
 
@@ -485,6 +521,7 @@ __all__ = [
     "DEFAULT_TARGET_MODULES",
     "LORA_WEIGHTS",
     "MERGED_DIR",
+    "PEFT_PREFIX",
     "AdapterWeights",
     "BaseModelView",
     "LoraAdapter",
@@ -495,8 +532,10 @@ __all__ = [
     "checkpoint_exports",
     "linear_layer_names",
     "load_adapter_weights",
+    "merged_state_dict",
     "parse_target_modules",
     "resolve_target_modules",
     "save_adapter",
+    "save_merged",
     "weights_for_engine",
 ]

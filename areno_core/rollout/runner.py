@@ -135,10 +135,9 @@ class RolloutRunner:
 
         version = self.model.optimizer_steps
         if self._synced != version:
+            weights = self.placement.weights()  # the full policy (gathered when sharded)
             if getattr(self.model, "adapter", None) is not None:  # LoRA: as the engine asks
-                weights = weights_for_engine(self.model, self.lora_weights)
-            else:
-                weights = self.placement.weights()
+                weights = weights_for_engine(self.model, self.lora_weights, weights)
             self.engine.sync_weights(weights, version=version)
             self._synced = version
 

@@ -240,6 +240,33 @@ def test_lora_weights_for_engine_by_mode(tmp_path):
     assert weights_for_engine(plain, "merged") is plain.policy  # no adapter: the module
 
 
+def test_lora_weights_for_engine_read_from_a_replica_when_given_one(tmp_path):
+    """The distributed backend hands the gathered replica of its sharded policy: the weights
+    come from that copy, not from the (sharded) policy."""
+    import copy
+
+    model = lora_model()
+    perturb_adapters(model, seed=1)
+    replica = copy.deepcopy(model.policy)
+    perturb_adapters(model, seed=2)  # the replica keeps the adapters of seed 1
+    assert weights_for_engine(model, "module", replica) is replica
+    merged = weights_for_engine(model, "merged", replica)
+    ids = torch.tensor([[3, 9, 27, 81]])
+    base = load_model(TINY)
+    base.load_state_dict(merged, strict=True)
+    torch.testing.assert_close(logits(base, ids), logits(replica, ids), atol=1e-5, rtol=0)
+    assert not torch.allclose(logits(base, ids), logits(model.policy, ids), atol=1e-4)
+    adapter = weights_for_engine(model, "adapter", replica)
+    expected = copy.deepcopy(model)
+    expected.adapter.peft_model.load_state_dict(  # the replica's adapter, under PEFT's names
+        {f"base_model.model.{k}": v for k, v in replica.state_dict().items()}
+    )
+    want = expected.adapter.adapter_state_dict()
+    assert set(adapter.tensors) == set(want) and len(want) == 28
+    for key, tensor in want.items():
+        torch.testing.assert_close(adapter.tensors[key], tensor, atol=0, rtol=0)
+
+
 def test_native_engine_samples_from_the_adapted_policy():
     model = lora_model()
     perturb_adapters(model, seed=3)

@@ -144,9 +144,11 @@ class DistributedBackend:
                 enable_activation_checkpointing(model.policy)
             self._skeletons["policy"] = meta_copy(model.policy)
         # The run asks for an optional reference only after setup (when it resumes), so one
-        # is made now whenever the algorithm can use it; ``train`` hides it when unused.
+        # is made now whenever the algorithm can use it; ``train`` hides it when unused. A
+        # LoRA policy needs none: its reference is itself with the adapters off.
         if (
             spec.accepts("reference")
+            and model.adapter is None
             and model.reference is None
             and self._own_reference is None
             and not self._given_reference
@@ -332,10 +334,12 @@ def _check(config: Any) -> str | None:
             f"--dtype {config.dtype}: parameters stay float32 under FSDP2, which computes in "
             "bfloat16 on GPUs itself (--fsdp-mixed-precision); use --dtype auto or float32"
         )
-    if getattr(config, "lora_rank", None) is not None:
+    lora = getattr(config, "lora_rank", None) is not None
+    if lora and (config.tp_size or 1) > 1 and config.lora_dropout > 0:
         return (
-            f"--lora-rank {config.lora_rank}: LoRA adapters are not sharded by the distributed "
-            "backend yet; train LoRA in one process (--world-size 1)"
+            f"--lora-dropout {config.lora_dropout:g} with --tp-size {config.tp_size}: dropout "
+            "on the adapters' input is not coordinated across tensor-parallel ranks (each would "
+            "draw its own masks); use --lora-dropout 0 or --tp-size 1"
         )
     if getattr(config, "tune_params", False):
         return (

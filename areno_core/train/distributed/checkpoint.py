@@ -78,16 +78,38 @@ def _roles(model: Any) -> dict[str, tuple[nn.Module, torch.optim.Optimizer | Non
     return roles
 
 
+def _state_options(model: Any, name: str) -> Any:
+    """How a role's weights are saved and restored: a LoRA policy's trainable (adapter)
+    weights only; its frozen base comes from ``--ckpt`` again when a run resumes."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    if name == "policy" and getattr(model, "adapter", None) is not None:
+        return StateDictOptions(ignore_frozen_params=True, strict=False)
+    return StateDictOptions()
+
+
 def _training_state(model: Any) -> dict[str, Any]:
     """What ``sharded/`` holds: each role's weights and optimizer state, keyed by name."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
     state: dict[str, Any] = {}
     for name, (module, optimizer) in _roles(model).items():
+        options = _state_options(model, name)
         if optimizer is None:
-            state[name] = get_model_state_dict(module)
+            state[name] = get_model_state_dict(module, options=options)
         else:
-            state[name], state[f"{name}_optimizer"] = get_state_dict(module, optimizer)
+            state[name], state[f"{name}_optimizer"] = get_state_dict(
+                module, optimizer, options=options
+            )
+        if options.ignore_frozen_params:
+            # A tied weight (the output layer sharing the embeddings) keeps its second name
+            # in the state dict even when frozen; only trainable weights are kept.
+            trainable = {
+                key
+                for key, param in module.named_parameters(remove_duplicate=False)
+                if param.requires_grad
+            }
+            state[name] = {k: v for k, v in state[name].items() if k in trainable}
     return state
 
 
@@ -118,11 +140,25 @@ def save_sharded_checkpoint(
     tmp = root / ctx.broadcast_object(tmp_name)
     try:
         dcp.save(_training_state(model), checkpoint_id=str(tmp / SHARDED_DIR))
-        full_options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        exports: list[str] = []
         for name, (module, _) in _roles(model).items():
+            adapter = model.adapter if name == "policy" else None
+            # A LoRA policy is exported as its adapter: only the adapter's weights are
+            # gathered, unless a merged model is asked for too.
+            full_options = StateDictOptions(
+                full_state_dict=True,
+                cpu_offload=True,
+                ignore_frozen_params=adapter is not None and not adapter.settings.save_merged,
+            )
             weights = get_model_state_dict(module, options=full_options)  # rank 0 gets them
             if ctx.is_main:
-                _export(skeletons[name], weights, tmp if name == "policy" else tmp / name)
+                directory = tmp if name == "policy" else tmp / name
+                if adapter is None:
+                    _export(skeletons[name], weights, directory)
+                else:
+                    exports += _export_adapter(
+                        adapter, skeletons[name], weights, directory, model.tokenizer
+                    )
             del weights
         if ctx.is_main:
             if model.tokenizer is not None:
@@ -133,7 +169,7 @@ def save_sharded_checkpoint(
         ctx.barrier()  # every rank's shards are on disk
         if ctx.is_main:
             extras = [CRITIC_DIR] if model.critic is not None else []
-            _write_manifest(tmp, step=step, extra_names=extras, export_names=[])
+            _write_manifest(tmp, step=step, extra_names=extras, export_names=exports)
             _fsync_tree(tmp)
             _move_into_place(tmp, final)
             _write_latest(root, final.name)
@@ -151,6 +187,28 @@ def _export(skeleton: nn.Module, weights: dict[str, torch.Tensor], directory: Pa
     from areno_core.train.distributed.parallelize import materialise
 
     _save_module(materialise(skeleton, "cpu", weights), directory)
+
+
+def _export_adapter(
+    adapter: Any,
+    skeleton: nn.Module,
+    weights: dict[str, torch.Tensor],
+    directory: Path,
+    tokenizer: Any,
+) -> list[str]:
+    """Save a LoRA policy from its gathered ``weights``: the adapter in PEFT's format and,
+    with ``--save-merged``, ``merged/`` (``weights`` then hold the base weights too). Returns
+    the export directories written."""
+    from areno_core.models.lora import MERGED_DIR, AdapterWeights, save_merged
+    from areno_core.train.distributed.parallelize import materialise
+
+    tensors = adapter.adapter_state_dict(weights)
+    config = {**adapter.adapter_config(), "inference_mode": True}  # as PEFT saves it
+    AdapterWeights(config, tensors, adapter.base).save(directory)
+    if not adapter.settings.save_merged:
+        return []
+    save_merged(materialise(skeleton, "cpu", weights), directory / MERGED_DIR, tokenizer)
+    return [MERGED_DIR]
 
 
 def _write_trainer_state(
@@ -234,14 +292,16 @@ def _load_sharded(model: Any, directory: Path) -> None:
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.load(target, checkpoint_id=str(directory), no_dist=not dist.is_initialized())
     for name, (module, optimizer) in _roles(model).items():
+        options = _state_options(model, name)
         if optimizer is None:
-            set_model_state_dict(module, target[name])
+            set_model_state_dict(module, target[name], options=options)
         else:
             set_state_dict(
                 module,
                 optimizer,
                 model_state_dict=target[name],
                 optim_state_dict=target[f"{name}_optimizer"],
+                options=options,
             )
 
 
@@ -254,40 +314,83 @@ def _load_full(model: Any, path: Path, state: Mapping[str, Any]) -> None:
         saved_optim = state["optimizer"] if name == "policy" else state["extra"][name]["optimizer"]
         if optimizer is not None and saved_optim is None:
             raise ConfigError(f"{path} holds no optimizer state for the {name}")
+        adapter = model.adapter if name == "policy" else None
         if not is_sharded(module):
-            load_module_weights(module, directory)
+            if adapter is not None:
+                adapter.load(directory)
+            else:
+                load_module_weights(module, directory)
             if optimizer is not None:
                 optimizer.load_state_dict(saved_optim)
             continue
-        _load_full_into_sharded(module, optimizer, directory, saved_optim)
+        if adapter is not None:
+            weights, strict = _saved_adapter_weights(module, directory), False
+        else:
+            weights, strict = read_weights(directory), True
+        _load_full_into_sharded(
+            module, optimizer, weights, saved_optim, strict=strict, where=directory
+        )
+
+
+def _saved_adapter_weights(module: nn.Module, directory: Path) -> dict[str, torch.Tensor]:
+    """A saved LoRA adapter (PEFT's file) under the names of ``module``'s own parameters
+    (``...q_proj.lora_A.weight`` -> ``...q_proj.lora_A.default.weight``); every trainable
+    parameter of ``module`` must be among them."""
+    from safetensors.torch import load_file
+
+    from areno_core.models.lora import ADAPTER_WEIGHTS_FILE, PEFT_PREFIX
+
+    path = directory / ADAPTER_WEIGHTS_FILE
+    if not path.is_file():
+        raise ConfigError(
+            f"{directory} holds no LoRA adapter ({ADAPTER_WEIGHTS_FILE} is missing); it was "
+            "saved by a run without --lora-rank"
+        )
+    weights: dict[str, torch.Tensor] = {}
+    for key, tensor in load_file(str(path), device="cpu").items():
+        head, _, rest = key.removeprefix(PEFT_PREFIX).rpartition(".lora_")
+        part, _, param = rest.partition(".")
+        weights[f"{head}.lora_{part}.default.{param}"] = tensor
+    trainable = {n for n, p in module.named_parameters() if p.requires_grad}
+    if set(weights) != trainable:
+        odd = sorted(set(weights) ^ trainable)
+        raise ConfigError(
+            f"{directory}: the adapter does not match this model's LoRA layers (e.g. "
+            f"{', '.join(odd[:3])}); resume with the saved run's --lora-* options"
+        )
+    return weights
 
 
 def _load_full_into_sharded(
     module: nn.Module,
     optimizer: torch.optim.Optimizer | None,
-    directory: Path,
+    weights: dict[str, torch.Tensor],
     saved_optim: Mapping[str, Any] | None,
+    *,
+    strict: bool,
+    where: Path,
 ) -> None:
+    """Full ``weights`` (all of them, or with ``strict`` False the adapter's only) and an
+    index-keyed optimizer state into a sharded ``module`` and its ``optimizer``."""
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         set_model_state_dict,
         set_optimizer_state_dict,
     )
 
-    weights = read_weights(directory)
     convert = getattr(module, "convert_saved_weights", None)
     if convert is not None:
         weights = convert(weights)
     current = module.state_dict(keep_vars=True)  # tied parameters: the same object
-    for key in current:
+    for key in current if strict else ():
         if key not in weights:  # a tied parameter stored once
             partner = next(
                 (k for k, v in current.items() if v is current[key] and k in weights), None
             )
             if partner is None:
-                raise ConfigError(f"{directory}: weights do not match the model: missing {key}")
+                raise ConfigError(f"{where}: weights do not match the model: missing {key}")
             weights[key] = weights[partner]
-    options = StateDictOptions(full_state_dict=True)
+    options = StateDictOptions(full_state_dict=True, strict=strict)
     set_model_state_dict(module, weights, options=options)
     if optimizer is not None and saved_optim is not None:
         names = {id(p): n for n, p in module.named_parameters()}

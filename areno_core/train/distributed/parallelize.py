@@ -11,7 +11,9 @@
   rank's heads; their gradients are summed across the tp ranks;
 * MLP: the gate and up projections column parallel, the down projection row parallel.
 
-Embeddings, norms and the output layer are not split by tp (only sharded by FSDP). Plans exist
+Embeddings, norms and the output layer are not split by tp (only sharded by FSDP). A
+projection that carries a LoRA adapter (PEFT's ``lora.Linear``) is split through its base
+layer and the adapter half that splits the same way (see :func:`_linear_plan`). Plans exist
 for the model families in :data:`TP_FAMILIES`; other families train with ``--tp-size 1``.
 
 Gradients of the data-parallel ranks are *summed* (not averaged): each rank's loss is already
@@ -90,7 +92,13 @@ def shard_module(module: nn.Module, ctx: DistContext, *, mixed_precision: bool) 
     layers = decoder_layers(module)
     if ctx.tp_size > 1:
         check_tp_support(module.config, ctx.tp_size, what=type(module).__name__)
+        frozen = {name for name, p in module.named_parameters() if not p.requires_grad}
         _apply_tp(layers, ctx)
+        # Some plans make new parameters that require grad; frozen weights (a LoRA policy's
+        # base) stay frozen.
+        for name, param in module.named_parameters():
+            if name in frozen:
+                param.requires_grad_(False)
     policy = None
     dtype = next(module.parameters()).dtype
     if mixed_precision and ctx.device.type == "cuda" and dtype == torch.float32:
@@ -119,9 +127,13 @@ def _apply_tp(layers: Sequence[nn.Module], ctx: DistContext) -> None:
     )
 
     for layer in layers:
-        names = {name for name, _ in layer.named_modules()}
-        plan: dict[str, Any] = {name: ColwiseParallel() for name in _COLUMN}
-        plan.update({name: RowwiseParallel() for name in _ROW})
+        modules = dict(layer.named_modules())
+        names = set(modules)
+        plan: dict[str, Any] = {}
+        for name in _COLUMN:
+            plan.update(_linear_plan(name, modules.get(name), ColwiseParallel, column=True))
+        for name in _ROW:
+            plan.update(_linear_plan(name, modules.get(name), RowwiseParallel, column=False))
         # Sharded along the heads dimension: the weight is replicated, its gradient summed.
         plan.update(
             {
@@ -137,6 +149,27 @@ def _apply_tp(layers: Sequence[nn.Module], ctx: DistContext) -> None:
                 "does not fit this model"
             )
         parallelize_module(layer, ctx.tp_mesh, plan)
+
+
+def _linear_plan(
+    name: str, module: nn.Module | None, style: Any, *, column: bool
+) -> dict[str, Any]:
+    """The plan of one projection: ``style`` on it, or, when PEFT put a LoRA layer there, on
+    its base ``nn.Linear`` and on the adapter half that splits the same way.
+
+    Column parallel (output features split): ``lora_B`` is split like the base and ``lora_A``
+    stays whole, so each tp rank adds its slice of the adapter's output to its slice of the
+    base output. Row parallel (input features split): ``lora_A`` is split like the base (its
+    partial outputs are summed across the tp ranks) and ``lora_B`` stays whole, so every rank
+    adds the full adapter output to the full base output. The whole halves get the same
+    gradient on every tp rank."""
+    adapters = getattr(module, "lora_A", None)
+    if module is None or adapters is None:
+        return {name: style()}
+    half = "lora_B" if column else "lora_A"
+    plan = {f"{name}.base_layer": style()}
+    plan.update({f"{name}.{half}.{adapter}": style() for adapter in adapters})
+    return plan
 
 
 def is_sharded(module: nn.Module | None) -> bool:

@@ -86,3 +86,35 @@ def test_clip_sharded_grad_norm_on_plain_tensors_matches_torch():
     torch.testing.assert_close(norm, expected)
     for p, q in zip(ours, theirs, strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-7)
+
+
+def test_tp_plan_of_lora_projections_splits_the_base_and_the_matching_adapter_half():
+    pytest.importorskip("peft", reason="LoRA needs peft")
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from areno_core.models.lora import LoraAdapter, LoraSettings
+    from areno_core.train.distributed.parallelize import _linear_plan
+
+    policy = build_random_model("random:qwen3-tiny")
+    LoraAdapter.attach(policy, LoraSettings(rank=2, target_modules=("q_proj", "o_proj")))
+    layer = dict(decoder_layers(policy)[0].named_modules())
+
+    def plan(name: str, style: type, *, column: bool) -> dict[str, type]:
+        return {
+            k: type(v) for k, v in _linear_plan(name, layer[name], style, column=column).items()
+        }
+
+    # Column parallel: the base and lora_B split by output features, lora_A whole.
+    assert plan("self_attn.q_proj", ColwiseParallel, column=True) == {
+        "self_attn.q_proj.base_layer": ColwiseParallel,
+        "self_attn.q_proj.lora_B.default": ColwiseParallel,
+    }
+    # Row parallel: the base and lora_A split by input features, lora_B whole.
+    assert plan("self_attn.o_proj", RowwiseParallel, column=False) == {
+        "self_attn.o_proj.base_layer": RowwiseParallel,
+        "self_attn.o_proj.lora_A.default": RowwiseParallel,
+    }
+    # A projection without an adapter keeps the plain plan.
+    assert plan("self_attn.k_proj", ColwiseParallel, column=True) == {
+        "self_attn.k_proj": ColwiseParallel
+    }
