@@ -390,7 +390,17 @@ class _KVStore:
             own_k, own_v = self.write(self.layers[index], keys, values)
             prompt_k, prompt_v = self.prefix.layer(index, step)
             return grouped_prefix_attention(
-                q, prompt_k, prompt_v, step.bias, own_k, own_v, bias, step.flat, step.slots, scale
+                q,
+                prompt_k,
+                prompt_v,
+                step.bias,
+                own_k,
+                own_v,
+                bias,
+                step.group,
+                step.slot,
+                step.slots,
+                scale,
             )
 
         return attend

@@ -13,9 +13,9 @@ Each part returns its attention output and the log of its softmax denominator
 (log-sum-exp); :func:`merge_partial_attention` combines the two exactly, so the result is
 ordinary attention over ``[prompt ; suffix]`` up to floating-point rounding.
 
-Queries of a group are laid out in a padded ``[groups, slots, heads, head_dim]`` block: every
-row has a group and a slot (its place in the group, ``< slots``); ``flat = group * slots +
-slot`` indexes the block. Empty slots hold zero queries whose results are never read.
+Queries of a group are laid out in a padded ``[groups, kv_heads, slots, n_rep, head_dim]``
+block: every row has a group and a slot (its place in the group, ``< slots``). Empty slots
+hold zero queries whose results are never read.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def grouped_prefix_attention(
     suffix_k: torch.Tensor,
     suffix_v: torch.Tensor,
     suffix_bias: torch.Tensor,
-    flat: torch.Tensor,
+    group: torch.Tensor,
+    slot: torch.Tensor,
     slots: int,
     scale: float,
 ) -> torch.Tensor:
@@ -71,9 +72,10 @@ def grouped_prefix_attention(
     ``q`` [B, H, 1, D]: one query per row. ``prefix_k``/``prefix_v`` [G, Hk, P, D]: each
     group's prompt; ``prefix_bias`` [G, 1, 1, P] (0 visible, -inf hidden). ``suffix_k`` /
     ``suffix_v`` [B, Hk, S, D]: each row's own tokens; ``suffix_bias`` [B, 1, 1, S]; every row
-    must see at least one suffix column. ``flat`` [B]: ``group * slots + slot`` of each row
-    (distinct). Grouped-query attention when ``H`` is a multiple of ``Hk``. Returns [B, 1, H, D]
-    in ``q``'s dtype; a CPU computes in float32 for bfloat16/float16 inputs.
+    must see at least one suffix column. ``group`` / ``slot`` [B]: each row's group and its
+    place in it (``< slots``; no two rows share both). Grouped-query attention when ``H`` is a
+    multiple of ``Hk``. Returns [B, 1, H, D] in ``q``'s dtype; a CPU computes in float32 for
+    bfloat16/float16 inputs.
     """
     dtype = q.dtype
     if q.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
@@ -82,33 +84,30 @@ def grouped_prefix_attention(
     batch, heads, _, dim = q.shape
     groups, kv_heads = prefix_k.shape[:2]
     n_rep = heads // kv_heads
-    rows = q.reshape(batch, heads, dim)
-    # Suffix: each row's query heads folded over their key/value head.
-    out_s, lse_s = attention_with_lse(
-        rows.view(batch, kv_heads, n_rep, dim), suffix_k, suffix_v, suffix_bias, scale
+    # Each row's query heads folded over their key/value head: [B, Hk, n_rep, D].
+    rows = q.reshape(batch, kv_heads, n_rep, dim)
+    out_s, lse_s = attention_with_lse(rows, suffix_k, suffix_v, suffix_bias, scale)
+    # A group's live rows become the query positions of one attention call over its prompt:
+    # block [G, Hk, slots, n_rep, D], read as [G, Hk, slots * n_rep, D] without a copy.
+    block = rows.new_zeros(groups, kv_heads, slots, n_rep, dim)
+    block[group, :, slot] = rows
+    out_p, lse_p = attention_with_lse(
+        block.view(groups, kv_heads, slots * n_rep, dim), prefix_k, prefix_v, prefix_bias, scale
     )
-    # Prefix: a group's live rows become the query positions of one attention call.
-    block = rows.new_zeros(groups * slots, heads, dim).index_copy_(0, flat, rows)
-    block = block.view(groups, slots, kv_heads, n_rep, dim).transpose(1, 2)
-    block = block.reshape(groups, kv_heads, slots * n_rep, dim)
-    out_p, lse_p = attention_with_lse(block, prefix_k, prefix_v, prefix_bias, scale)
-    out_p = out_p.view(groups, kv_heads, slots, n_rep, dim).transpose(1, 2)
-    out_p = out_p.reshape(groups * slots, heads, dim).index_select(0, flat)
-    lse_p = lse_p.view(groups, kv_heads, slots, n_rep).transpose(1, 2)
-    lse_p = lse_p.reshape(groups * slots, heads).index_select(0, flat)
-    merged = merge_partial_attention(
-        out_p, lse_p, out_s.reshape(batch, heads, dim), lse_s.reshape(batch, heads)
-    )
+    out_p = out_p.view(groups, kv_heads, slots, n_rep, dim)[group, :, slot]
+    lse_p = lse_p.view(groups, kv_heads, slots, n_rep)[group, :, slot]
+    merged = merge_partial_attention(out_p, lse_p, out_s, lse_s)
     return merged.view(batch, 1, heads, dim).to(dtype)
 
 
 @attrs.define
 class PrefixStep:
-    """What every layer of one decode step needs to read the shared prompts: ``flat`` [B]
-    (see the module docstring), the group range ``[0, groups)``, ``slots`` per group, the
+    """What every layer of one decode step needs to read the shared prompts: each row's
+    ``group`` and ``slot`` [B], the group range ``[0, groups)``, ``slots`` per group, the
     prompt columns ``[cols - width, cols)`` and their bias [groups, 1, 1, width]."""
 
-    flat: torch.Tensor
+    group: torch.Tensor
+    slot: torch.Tensor
     groups: int
     slots: int
     width: int
@@ -216,11 +215,12 @@ class PrefixStore:
         groups = int(row_group.max()) + 1
         slots = int(row_slot.max()) + 1
         width = int(self.length[np.unique(row_group)].max())
-        flat = torch.from_numpy(row_group * slots + row_slot).to(self.device)
+        group = torch.from_numpy(row_group.copy()).to(self.device)
+        slot = torch.from_numpy(row_slot.copy()).to(self.device)
         visible = self.valid[:groups, self.cols - width :]
         bias = torch.zeros(visible.shape, dtype=torch.float32, device=self.device)
         bias.masked_fill_(~visible, float("-inf"))
-        return PrefixStep(flat, groups, slots, width, bias[:, None, None, :])
+        return PrefixStep(group, slot, groups, slots, width, bias[:, None, None, :])
 
     def layer(self, index: int, step: PrefixStep) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer ``index``'s prompt keys and values for ``step``: [groups, kv_heads, width, D]."""

@@ -117,7 +117,8 @@ def test_grouped_prefix_attention_equals_sdpa_over_prompt_and_suffix(
         suffix_k,
         suffix_v,
         suffix_bias,
-        group * slots + slot,
+        group,
+        slot,
         slots,
         0.25,
     )
