@@ -295,3 +295,18 @@ def test_engine_shared_prompt_cache_holds_less_state_for_long_shared_prompts(mod
     _assert_same_samples(shared, copied, atol=1e-5)
     # 32 rows x ~128 prompt columns copied, against 4 groups x 128 columns plus 32 short rows.
     assert shared_engine.state_bytes * 3 < copy_engine.state_bytes
+
+
+def test_engine_shared_prompt_cache_widens_and_adds_groups_while_rows_run(model) -> None:
+    # Short prompts first fill 16-column groups; a 40-token prompt arrives while their rows
+    # still run (the store widens, moving the live prompts), and more groups than slots exist
+    # at first are needed as rows are admitted one by one.
+    gen = torch.Generator().manual_seed(9)
+    lengths = (3, 4, 40, 6, 33)
+    long_mix = [torch.randint(4, VOCAB, (n,), generator=gen).tolist() for n in lengths]
+    sampling = SamplingParams(max_new_tokens=12, temperature=1.0, seed=6)
+    shared_engine, shared = _generate(model, long_mix, sampling, shared=True, n=3, max_running=4)
+    _, copied = _generate(model, long_mix, sampling, shared=False, n=3, max_running=4)
+    _assert_same_samples(shared, copied, atol=1e-5)
+    prefix = shared_engine._store.prefix
+    assert prefix.cols == 48 and prefix.capacity > 2
