@@ -515,7 +515,7 @@ class _Generation:
             engine.config.shared_prompt_cache
             and n > 1
             and self.lean is not None
-            and not engine._graphs
+            and engine._graphs is None
         )
         self.prompts = prompts
         self.sampling = sampling
