@@ -17,7 +17,10 @@ Both sides load the same saved random Qwen3 and sample (temperature 1, no top-k 
 
 Sides (``--sides``, the first areno side is compared with the first ``hf`` side):
 
-* ``areno``: the native engine with its defaults (float32; the lean forward pass);
+* ``areno``: the native engine with its defaults (float32; the lean forward pass; in the
+  ``grpo`` scenario each prompt's keys/values held once per group of samples);
+* ``areno-copy``: the same with ``shared_prompt_cache=False`` (every sample's row holds its own
+  copy of the prompt's keys/values);
 * ``areno-hf``: the native engine running the transformers module (``lean_forward=False``);
 * ``areno-bf16``: the native engine on the model loaded in bfloat16 (what ``--dtype
   bfloat16`` gives a run);
@@ -45,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-SIDES = ("areno", "areno-hf", "areno-bf16", "hf", "hf-bf16")
+SIDES = ("areno", "areno-copy", "areno-hf", "areno-bf16", "hf", "hf-bf16")
 SAMPLES_PER_PROMPT = 8  # the grpo scenario
 
 
@@ -78,7 +81,9 @@ def run_areno(args: Any) -> dict[str, Any]:
     model = load_model(str(args.model_dir), dtype=dtype, device="cpu")
     prompts, samples = workload(args, model.config.vocab_size)
     eos = () if args.scenario == "decode" else model.generation_config.eos_token_id
-    config = NativeEngineConfig(lean_forward=args.child != "areno-hf")
+    config = NativeEngineConfig(
+        lean_forward=args.child != "areno-hf", shared_prompt_cache=args.child != "areno-copy"
+    )
     engine = NativeEngine(model, eos, EngineOptions(attn_backend="native"), config)
     sampling = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
 
@@ -86,7 +91,9 @@ def run_areno(args: Any) -> dict[str, Any]:
         out = engine.generate(prompts, sampling, n=samples)
         return sum(len(c.token_ids) for group in out for c in group)
 
-    return _timed(args, call, model)
+    result = _timed(args, call, model)
+    result["state_bytes"] = engine.state_bytes  # the KV cache kept after the last call
+    return result
 
 
 def run_hf(args: Any) -> dict[str, Any]:
@@ -185,7 +192,7 @@ def run_scenario(args: Any, scenario: str, model_dir: Path) -> dict[str, Any]:
     )
     out: dict[str, Any] = {}
     rows = []
-    keys = ["tokens_per_s", "tokens_per_cpu_s", "gflops_per_cpu_s", "peak_rss_mib"]
+    keys = ["tokens_per_s", "tokens_per_cpu_s", "gflops_per_cpu_s", "peak_rss_mib", "state_bytes"]
     for batch in args.batch:
         print(f"batch {batch}:")
         base = ["--model-dir", str(model_dir), "--threads", str(args.threads)]
@@ -225,6 +232,7 @@ def run_scenario(args: Any, scenario: str, model_dir: Path) -> dict[str, Any]:
                     "-" if ratio is None else common.spread(ratio["wall"], "x"),
                     s["gflops_per_cpu_s"],
                     s["peak_rss_mib"],
+                    f"{s['state_bytes'] / 2**20:.1f}" if "state_bytes" in s else "-",
                     f"{s['load_min']:.1f}-{s['load_max']:.1f}",
                 ]
             )
@@ -240,6 +248,7 @@ def run_scenario(args: Any, scenario: str, model_dir: Path) -> dict[str, Any]:
                 "ratio per wall-s",
                 "GFLOP per CPU-s",
                 "peak RSS MiB",
+                "KV state MiB",
                 "load",
             ],
             rows,

@@ -135,7 +135,11 @@ def test_resolved_dict_records_plugin_options_and_reloads(tmp_path):
     resolved = _resolve(algo="ppo", gamma=0.9, prefill_batch_tokens=512, reward_fn_path="r.py")
     data = resolved.to_dict()
     assert data["algorithm"]["gamma"] == 0.9 and data["algorithm"]["lam"] == 0.95
-    assert data["rollout_engine"] == {"prefill_batch_tokens": 512, "lean_forward": True}
+    assert data["rollout_engine"] == {
+        "prefill_batch_tokens": 512,
+        "lean_forward": True,
+        "shared_prompt_cache": True,
+    }
     assert data["backend"] == {"share_prefix": True, "packed_forward": False}
     dump_yaml(data, tmp_path / "config.yaml")
     again = resolve_run({}, registry=get_registry(), config_path=str(tmp_path / "config.yaml"))

@@ -36,6 +36,9 @@ _CAUSAL_LM_CLASSES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"
 # Writes one layer's new keys/values [B, kv_heads, T, head_dim] and returns what attention
 # reads: (keys, values) over the whole visible window.
 KVWriter = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+# Replaces writing and attending in one layer: (layer index, queries [B, H, T, D], new keys,
+# new values [B, kv_heads, T, D]) -> attention output [B, T, H, D].
+Attender = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def lean_unavailable_reason(model: nn.Module, *, require_sdpa: bool = True) -> str | None:
@@ -254,16 +257,19 @@ class LeanDecoder:
         position_ids: torch.Tensor,
         mask: torch.Tensor | None,
         write_kv: KVWriter,
+        attend: Attender | None = None,
     ) -> torch.Tensor:
         """Logits [B, V] of the last position of each row.
 
         ``input_ids`` / ``position_ids`` are [B, T]; ``mask`` is None (causal, every key
-        visible) or a boolean [B, 1, T, K] mask over what ``write_kv`` returns.
+        visible) or a boolean [B, 1, T, K] mask over what ``write_kv`` returns. ``attend``,
+        when given, stores the keys/values and computes attention instead of ``write_kv`` and
+        :func:`sdpa` (the rollout engine's shared-prompt decode step).
         """
         hidden = F.embedding(input_ids, self.embed, self.padding_idx)
         cos, sin = self.rotary(hidden, position_ids)
         for index, layer in enumerate(self.layers):
-            hidden = self._layer(index, layer, hidden, cos, sin, mask, write_kv)
+            hidden = self._layer(index, layer, hidden, cos, sin, mask, write_kv, attend)
         # Normalise every position, then keep the last one (the order transformers uses).
         hidden = rms_norm(hidden, self.final_norm, self.eps)
         logits = self.lm_head(hidden[:, -1:, :])
@@ -278,6 +284,7 @@ class LeanDecoder:
         sin: torch.Tensor,
         mask: torch.Tensor | None,
         write_kv: KVWriter,
+        attend: Attender | None,
     ) -> torch.Tensor:
         batch, length = hidden.shape[:2]
         shape = (batch, length, -1, self.head_dim)
@@ -289,8 +296,11 @@ class LeanDecoder:
             k = rms_norm(k, layer.k_norm, self.eps)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q, k = apply_rotary(q, k, cos, sin)
-        k, v = write_kv(index, k, v)
-        attended = sdpa(q, k, v, mask, self.n_rep, self.scaling)
+        if attend is not None:
+            attended = attend(index, q, k, v)
+        else:
+            k, v = write_kv(index, k, v)
+            attended = sdpa(q, k, v, mask, self.n_rep, self.scaling)
         hidden = hidden + layer.o(attended.reshape(batch, length, -1).contiguous())
         x = rms_norm(hidden, layer.post_norm, self.eps)
         return hidden + layer.down(F.silu(layer.gate(x)) * layer.up(x))
@@ -298,6 +308,7 @@ class LeanDecoder:
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
+    "Attender",
     "KVWriter",
     "LeanDecoder",
     "apply_rotary",

@@ -23,6 +23,13 @@ waiting are closed by moving the last rows into the gaps. The buffers grow (or t
 moved back to the left) only when the window reaches the end, so this happens rarely; between
 ``generate()`` calls they are kept unless the session ends with ``drop_state``.
 
+When a prompt is sampled ``n > 1`` times and the lean forward pass runs (a CPU), its keys and
+values are kept once per group of samples in a :class:`~areno_core.rollout.prefix.PrefixStore`
+instead of in each row, and the rows hold only their generated tokens; decode steps attend to
+the group's prompt once per group and merge it with each row's own attention (see
+:mod:`areno_core.rollout.prefix`; ``shared_prompt_cache=False`` turns it off). With the
+transformers module (GPUs, ``lean_forward`` off, other model families) every row holds a copy.
+
 Per decode step the engine makes one device-to-host copy (the sampled tokens and their
 logprobs, needed to spot EOS); everything else is tensor ops on all rows or numpy bookkeeping.
 
@@ -55,10 +62,11 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from areno_core.accel.attention import FLASH, attention_of, choose_attention
 from areno_core.errors import NotAvailableError
 from areno_core.log import get_logger, warn_once
-from areno_core.models.lean import LeanDecoder, lean_unavailable_reason
+from areno_core.models.lean import Attender, LeanDecoder, lean_unavailable_reason
 from areno_core.options import option
 from areno_core.rollout.base import EngineOptions, EngineSpec
 from areno_core.rollout.cuda_graphs import DecodeGraphs
+from areno_core.rollout.prefix import PrefixStep, PrefixStore, grouped_prefix_attention
 from areno_core.rollout.sampling import (
     draw_seed,
     is_greedy,
@@ -134,11 +142,13 @@ class _StoreLayer(CacheLayerMixin):
 class _PrefillPlan:
     """Where the keys/values of one prefill forward go: ``rows`` of the store, taking batch
     row ``src[i]`` for store row ``rows[i]`` (``src`` None: the identity), with ``pad`` [b, 1, P, 1]
-    marking left-padding columns to zero out."""
+    marking left-padding columns to zero out. With ``groups`` [b] the prompts go once each
+    into those groups of the :class:`PrefixStore` instead (shared-prompt layout)."""
 
     rows: torch.Tensor
     src: torch.Tensor | None
     pad: torch.Tensor | None
+    groups: torch.Tensor | None = None
 
 
 class _KVStore:
@@ -160,6 +170,8 @@ class _KVStore:
         self.rng_state = torch.zeros(0, dtype=torch.long)  # the row's random stream
         self.count = torch.zeros(0, dtype=torch.long)  # tokens the row has sampled
         self._plan: _PrefillPlan | None = None
+        # Shared prompts, once per group of samples (only the rows' own tokens are above).
+        self.prefix = PrefixStore(num_layers, device)
         # Captured decode graphs point at the buffers: every reallocation bumps this.
         self.generation = 0
         # lo, hi and the running-row count as device scalars, read by static decode steps.
@@ -177,7 +189,7 @@ class _KVStore:
         return 0 if self._plan is not None else self.hi - self.lo
 
     def nbytes(self) -> int:
-        total = 0 if self.mask is None else self.mask.numel()
+        total = self.prefix.nbytes() + (0 if self.mask is None else self.mask.numel())
         for layer in self.layers:
             for buf in (layer.keys, layer.values):
                 if buf is not None:
@@ -198,9 +210,11 @@ class _KVStore:
         self.start = np.zeros(self.rows, dtype=np.int64)
         self.n = 0
         self.lo = self.hi = 0
+        self.prefix.reset()
 
     def free(self) -> None:
         self.generation += 1
+        self.prefix.free()
         for layer in self.layers:
             layer.keys = layer.values = None
             layer.is_initialized = False
@@ -317,6 +331,13 @@ class _KVStore:
     def write(
         self, layer: _StoreLayer, keys: torch.Tensor, values: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        plan = self._plan
+        if plan is not None and plan.groups is not None:
+            if plan.pad is not None:
+                keys = keys.masked_fill(plan.pad, 0)
+                values = values.masked_fill(plan.pad, 0)
+            self.prefix.write(layer.index, keys, values, plan.groups)
+            return keys, values
         if layer.keys is None:
             shape = (self.rows, keys.shape[1], self.cols, keys.shape[3])
             layer.keys = keys.new_zeros(shape)
@@ -332,7 +353,6 @@ class _KVStore:
             layer.keys[:b].index_copy_(2, column, keys)
             layer.values[:b].index_copy_(2, column, values)
             return layer.keys[:b], layer.values[:b]
-        plan = self._plan
         if plan is not None:
             if plan.pad is not None:
                 keys = keys.masked_fill(plan.pad, 0)
@@ -354,6 +374,36 @@ class _KVStore:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`write` by layer index (what the lean forward pass calls)."""
         return self.write(self.layers[index], keys, values)
+
+    def shared_attention(
+        self, step: PrefixStep, suffix_mask: torch.Tensor, scale: float
+    ) -> Attender:
+        """The attention of a shared-prompt decode step (see :mod:`areno_core.rollout.prefix`):
+        each layer writes its new keys/values into the rows, then attends to the group's
+        prompt and to the row's own tokens (``suffix_mask`` [n, window], True: visible)."""
+        bias = torch.zeros(suffix_mask.shape, dtype=torch.float32, device=self.device)
+        bias = bias.masked_fill_(~suffix_mask, float("-inf"))[:, None, None, :]
+
+        def attend(
+            index: int, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
+        ) -> torch.Tensor:
+            own_k, own_v = self.write(self.layers[index], keys, values)
+            prompt_k, prompt_v = self.prefix.layer(index, step)
+            return grouped_prefix_attention(
+                q,
+                prompt_k,
+                prompt_v,
+                step.bias,
+                own_k,
+                own_v,
+                bias,
+                step.group,
+                step.slot,
+                step.slots,
+                scale,
+            )
+
+        return attend
 
     @contextlib.contextmanager
     def prefilling(self, plan: _PrefillPlan) -> Iterator[None]:
@@ -459,6 +509,14 @@ class _Generation:
         self.engine = engine
         self.store = store
         self.lean = engine._lean_decoder()
+        # Shared-prompt layout: each prompt's keys/values once per group of its n samples.
+        # Only with the lean forward pass and eager decode steps (not with CUDA graphs).
+        self.shared = (
+            engine.config.shared_prompt_cache
+            and n > 1
+            and self.lean is not None
+            and engine._graphs is None
+        )
         self.prompts = prompts
         self.sampling = sampling
         self.seed = seed
@@ -485,6 +543,8 @@ class _Generation:
         store.begin(self.capacity)
         self.row_request = np.full(self.capacity, -1, dtype=np.int64)
         self.row_count = np.zeros(self.capacity, dtype=np.int64)
+        self.row_group = np.zeros(self.capacity, dtype=np.int64)  # shared layout only
+        self.row_slot = np.zeros(self.capacity, dtype=np.int64)
         self.history_tokens = np.zeros((self.capacity, self.max_new), dtype=np.int64)
         self.history_logprobs = np.zeros((self.capacity, self.max_new), dtype=np.float32)
         self.outputs: list[_RawOutput | None] = [None] * self.num_requests
@@ -569,11 +629,19 @@ class _Generation:
 
         pending = self._pending_left()
         # Nothing left to admit: these rows can grow by at most their token budget.
-        store.reserve(
-            left=width, right=0, pending_left=pending, max_right=None if pending else self.max_new
-        )
-        starts = store.hi - lengths[src]
-        store.open_rows(rows, starts)
+        max_right = None if pending else self.max_new
+        groups_t = None
+        if self.shared:
+            # The rows hold only their own tokens; the prompts go to the prefix store.
+            store.reserve(left=0, right=0, max_right=max_right)
+            store.open_rows(rows, np.full(len(rows), store.hi, dtype=np.int64))
+            groups = store.prefix.allocate(lengths, np.bincount(src, minlength=len(lengths)))
+            groups_t = torch.from_numpy(groups).to(device)
+            self.row_group[rows] = groups[src]
+            self.row_slot[rows] = _slots(src)
+        else:
+            store.reserve(left=width, right=0, pending_left=pending, max_right=max_right)
+            store.open_rows(rows, store.hi - lengths[src])
         rows_t = torch.from_numpy(rows).to(device)
         identity = len(src) == len(prompt_ids) and bool((src == np.arange(len(src))).all())
         src_t = None if identity else torch.from_numpy(src).to(device)
@@ -581,6 +649,7 @@ class _Generation:
             rows=rows_t,
             src=src_t,
             pad=None if valid.all() else ~valid_t[:, None, :, None],
+            groups=groups_t,
         )
         with store.prefilling(plan):
             if self.lean is not None:
@@ -607,9 +676,17 @@ class _Generation:
         pending = self._pending_left()
         # With nothing left to admit, no row needs more columns than its remaining budget.
         max_right = None if pending else int((self.max_new - self.row_count[: store.n]).max())
-        store.reserve(left=0, right=1, pending_left=pending, max_right=max_right)
+        # (In the shared-prompt layout a waiting prompt needs no room in the rows.)
+        left_room = 0 if self.shared else pending
+        store.reserve(left=0, right=1, pending_left=left_room, max_right=max_right)
         input_ids, mask, positions = store.decode_inputs()
         logits = self.engine._graph_step(store)
+        if logits is None and self.shared:
+            assert self.lean is not None
+            n = store.n
+            step = store.prefix.step(self.row_group[:n], self.row_slot[:n])
+            attend = store.shared_attention(step, mask, self.lean.scaling)
+            logits = self.lean.forward(input_ids, positions, None, store.write_layer, attend)
         if logits is None and self.lean is not None:
             # transformers drops an all-true mask (so does the lean pass, for the same numbers)
             window = None if bool(mask.all()) else mask[:, None, None, :]
@@ -644,6 +721,8 @@ class _Generation:
         stopped = np.isin(token_np, self.stop_ids)
         done = stopped | (counts >= self.max_new)
         finished = rows[done]
+        if self.shared and len(finished):
+            self.store.prefix.release(self.row_group[finished])
         for row, stop in zip(finished.tolist(), stopped[done].tolist(), strict=True):
             count = int(self.row_count[row])
             self.outputs[int(self.row_request[row])] = _RawOutput(
@@ -665,6 +744,8 @@ class _Generation:
             store.move_rows(movers, gaps)
             self.row_request[gaps] = self.row_request[movers]
             self.row_count[gaps] = self.row_count[movers]
+            self.row_group[gaps] = self.row_group[movers]
+            self.row_slot[gaps] = self.row_slot[movers]
             self.history_tokens[gaps] = self.history_tokens[movers]
             self.history_logprobs[gaps] = self.history_logprobs[movers]
         store.n = keep
@@ -689,6 +770,26 @@ class NativeEngineConfig:
         "in float32); off, or for other models and on GPUs, the transformers module runs.",
         negatable=True,
     )
+    shared_prompt_cache: bool = option(
+        True,
+        "Native engine: when a prompt is sampled several times (n > 1) and the lean forward "
+        "pass runs, keep its keys/values once per group of samples and let decode steps "
+        "attend to it once per group (exact up to rounding; less memory); off, every sample's "
+        "row holds its own copy of the prompt.",
+        negatable=True,
+    )
+
+
+def _slots(src: np.ndarray) -> np.ndarray:
+    """Each entry's place among the earlier entries with the same value ([0, 1, 0, 2] for
+    [4, 4, 7, 4])."""
+    order = np.argsort(src, kind="stable")
+    ranked = src[order]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+    run_start = np.repeat(starts, np.diff(np.r_[starts, len(src)]))
+    slots = np.empty(len(src), dtype=np.int64)
+    slots[order] = np.arange(len(src)) - run_start
+    return slots
 
 
 class NativeEngine:

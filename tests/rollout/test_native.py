@@ -71,13 +71,19 @@ def prompts() -> list[list[int]]:
 
 
 def _engine(
-    model: torch.nn.Module, *, prefill_batch_tokens: int = 16384, **options: object
+    model: torch.nn.Module,
+    *,
+    prefill_batch_tokens: int = 16384,
+    shared_prompt_cache: bool = True,
+    **options: object,
 ) -> NativeEngine:
     return NativeEngine(
         model,
         [EOS],
         EngineOptions(attn_backend="native", **options),  # type: ignore[arg-type]
-        NativeEngineConfig(prefill_batch_tokens=prefill_batch_tokens),
+        NativeEngineConfig(
+            prefill_batch_tokens=prefill_batch_tokens, shared_prompt_cache=shared_prompt_cache
+        ),
     )
 
 
@@ -388,7 +394,7 @@ def test_sampling_negative_prompt_offset_is_refused(model: Qwen3ForCausalLM) -> 
 def test_probe_memory_builds_the_cache_of_a_whole_row_without_touching_stats(
     model: Qwen3ForCausalLM,
 ) -> None:
-    engine = _engine(model)
+    engine = _engine(model, shared_prompt_cache=False)
     with RolloutSession(engine, drop_state=False):
         before = dict(engine.stats)
         engine.probe_memory(
@@ -400,6 +406,14 @@ def test_probe_memory_builds_the_cache_of_a_whole_row_without_touching_stats(
     # 12 rows x 300 columns x 2 layers x (keys, values) x 2 kv heads x 16 dims x 4 bytes,
     # plus the 12 x 300 boolean mask.
     assert engine.state_bytes == 12 * 300 * 2 * 2 * 2 * 16 * 4 + 12 * 300
+    # Shared prompts: the rows hold the 290 other columns, and the 3 prompts (4 samples each)
+    # sit once each in 16-column groups (keys, values and validity mask).
+    shared = _engine(model)
+    shared.probe_memory(
+        12, prompt_tokens=10, context_tokens=300, sampling=SamplingParams(top_p=0.9), n=4
+    )
+    rows_bytes = 12 * 290 * 2 * 2 * 2 * 16 * 4 + 12 * 290
+    assert shared.state_bytes == rows_bytes + 3 * 16 * 2 * 2 * 2 * 16 * 4 + 3 * 16
     assert engine.options.max_running is None  # the probe's concurrency was temporary
     with pytest.raises(ValueError, match="must be >= 1"):
         engine.probe_memory(0, prompt_tokens=10, context_tokens=300, sampling=SamplingParams())
