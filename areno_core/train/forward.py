@@ -17,12 +17,14 @@ import attrs
 import torch
 import torch.nn.functional as F
 
+from areno_core import log
 from areno_core.accel.attention import uses_flash
 from areno_core.log import get_logger, warn_once
 from areno_core.models.loading import is_activation_checkpointing
 from areno_core.train.packed import build_layout, packed_hidden, packed_unavailable_reason
 
 logger = get_logger(__name__)
+_PACKED_HINT = "forward.packed_hint"
 
 # Share prompts only when that cuts the padded token count of a microbatch by at least this.
 MIN_SHARED_SAVING = 0.2
@@ -95,13 +97,15 @@ def _hint_packed_forward(model: Any, batch: dict[str, Any]) -> None:
     """Say once when activation checkpointing keeps the padded forward from sharing prompts
     that the packed forward would share (measured 4x less CPU time per GRPO step on the
     GSM8K-shaped benchmark, docs/performance.md)."""
+    if _PACKED_HINT in log._WARNED:  # said already: keep the checks off the hot path
+        return
     if not is_activation_checkpointing(model) or not getattr(model, "training", False):
         return
     if packed_unavailable_reason(model) is not None or shared_prefix_plan(batch) is None:
         return
     warn_once(
         logger,
-        "forward.packed_hint",
+        _PACKED_HINT,
         "activation checkpointing is on, so the padded training forward runs every row's "
         "prompt in full; --packed-forward shares prompts with checkpointing on (or pass "
         "--no-activation-checkpointing when memory allows), see docs/performance.md",
