@@ -24,4 +24,9 @@ def warn_once(logger: logging.Logger, key: str, message: str, *args: object) -> 
     logger.warning(message, *args)
 
 
+def warned(key: str) -> bool:
+    """Whether :func:`warn_once` has already logged ``key`` in this process."""
+    return key in _WARNED
+
+
 _WARNED: set[str] = set()

@@ -17,9 +17,8 @@ import attrs
 import torch
 import torch.nn.functional as F
 
-from areno_core import log
 from areno_core.accel.attention import uses_flash
-from areno_core.log import get_logger, warn_once
+from areno_core.log import get_logger, warn_once, warned
 from areno_core.models.loading import is_activation_checkpointing
 from areno_core.train.packed import build_layout, packed_hidden, packed_unavailable_reason
 
@@ -97,7 +96,7 @@ def _hint_packed_forward(model: Any, batch: dict[str, Any]) -> None:
     """Say once when activation checkpointing keeps the padded forward from sharing prompts
     that the packed forward would share (measured 4x less CPU time per GRPO step on the
     GSM8K-shaped benchmark, docs/performance.md)."""
-    if _PACKED_HINT in log._WARNED:  # said already: keep the checks off the hot path
+    if warned(_PACKED_HINT):  # said already: keep the checks off the hot path
         return
     if not is_activation_checkpointing(model) or not getattr(model, "training", False):
         return

@@ -33,6 +33,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from areno_core.models.lean import _repeat_kv, apply_rotary, lean_unavailable_reason, rms_norm
+from areno_core.models.loading import is_activation_checkpointing
 
 
 def packed_unavailable_reason(model: nn.Module) -> str | None:
@@ -245,11 +246,7 @@ def packed_hidden(model: nn.Module, layout: PackedLayout) -> torch.Tensor:
         x = rms_norm(hidden, layer.post_attention_layernorm.weight, eps)
         return hidden + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
 
-    checkpointed = (
-        model.training
-        and torch.is_grad_enabled()
-        and bool(getattr(base, "gradient_checkpointing", False))
-    )
+    checkpointed = model.training and torch.is_grad_enabled() and is_activation_checkpointing(model)
     for layer in base.layers:
         if checkpointed:
             hidden = checkpoint(run_layer, layer, hidden, use_reentrant=False)
