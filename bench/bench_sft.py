@@ -16,9 +16,10 @@ second over the timed steps, per wall second and per CPU second of the process, 
 Sides (``--sides``): ``areno`` (padded microbatches cut by length), ``areno-packed``
 (``packed_forward``: rows without padding), ``areno-packed-bf16`` (the same on the model loaded
 in bfloat16 with float32 master weights, what ``--dtype bfloat16`` runs), ``trl`` (padded),
-``trl-padfree`` (``padding_free=True``) and ``trl-packing`` (``packing=True``, best-fit
-decreasing into 2,048-token sequences, one per microbatch; TRL then runs padding-free too).
-Ratios are against the first TRL side.
+``trl-padfree`` (``padding_free=True``), ``trl-packing`` (``packing=True``, best-fit
+decreasing into 2,048-token sequences, one per microbatch; TRL then runs padding-free too) and
+``trl-packing-bf16`` (the same with ``bf16=True``: the float32 model under bfloat16 autocast).
+Ratios are printed against every TRL side that ran.
 
 Work that differs (stated in the output): areno sorts the rows of an optimizer step by length
 before cutting microbatches, and on a CPU runs a microbatch as several length-homogeneous
@@ -38,7 +39,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-SIDES = ("areno", "areno-packed", "areno-packed-bf16", "trl", "trl-padfree", "trl-packing")
+SIDES = (
+    "areno",
+    "areno-packed",
+    "areno-packed-bf16",
+    "trl",
+    "trl-padfree",
+    "trl-packing",
+    "trl-packing-bf16",
+)
 # trl-packing: rows packed best-fit-decreasing into sequences of this many tokens, one sequence
 # per microbatch (about --micro-bs GSM8K rows each, so a microbatch holds similar work).
 PACK_TOKENS = 2048
@@ -111,7 +120,7 @@ def run_trl(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             clock.mark()
 
-    packing = args.child == "trl-packing"
+    packing = args.child.startswith("trl-packing")
     config = SFTConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-sft-"),
         per_device_train_batch_size=1 if packing else args.micro_bs,
@@ -128,7 +137,9 @@ def run_trl(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         padding_free=args.child == "trl-padfree",
         completion_only_loss=True,
         gradient_checkpointing=False,
-        bf16=False,
+        # trl-packing-bf16: the Trainer's bfloat16 mixed precision, which on a CPU runs the
+        # float32 model under torch.autocast(cpu, bfloat16).
+        bf16=args.child.endswith("-bf16"),
         fp16=False,
         use_cpu=True,
         train_sampling_strategy="sequential",
@@ -212,7 +223,7 @@ def drive(args: Any) -> dict[str, Any]:
     headers = ["side", "target tok per CPU-s", "target tok per wall-s", "peak RSS MiB", "load"]
     print(common.table(headers, rows))
     print("(median (min-max) over runs)")
-    for reference in [s for s in args.sides if s.startswith("trl")][:1]:
+    for reference in [s for s in args.sides if s.startswith("trl")]:
         lines = common.ratio_lines(results, reference, [("target_tokens", "target tokens")])
         for line in lines:
             print(line)

@@ -174,15 +174,29 @@ def test_rates_are_per_wall_and_per_cpu_second() -> None:
 
 def test_ceiling_reports_matmul_peak_and_step_fraction(tmp_path) -> None:
     out = tmp_path / "ceiling.json"
-    proc = bench("bench_ceiling.py", "--steps", "1", "--prompts", "1", "--repeats", "1",
-                 "--json", str(out))  # fmt: skip
+    proc = bench("bench_ceiling.py", "--steps", "2", "--prompts", "1", "--repeats", "1",
+                 "--probe-repeats", "1", "--json", str(out))  # fmt: skip
     assert "peak:" in proc.stdout and "whole GRPO step" in proc.stdout
     report = json.loads(out.read_text())
-    assert report["matmul"]["peak_flops"] == max(report["matmul"]["per_shape_flops"].values())
-    assert report["matmul"]["peak_flops"] > 1e9
+    matmul = report["matmul"]
+    assert matmul["peak_flops"] == max(matmul["per_shape_flops"].values())
+    assert matmul["peak_flops_cpu"] == max(matmul["per_shape_flops_cpu"].values())
+    assert matmul["peak_flops"] > 1e9
     grpo = report["grpo"]
     assert grpo["rollout_flops"] > 0 and grpo["update_flops"] > grpo["rollout_flops"]
     assert grpo["rollout_s"] > 0 and grpo["update_s"] > 0
+    # The peak is measured again before each timed step and after the last one, and each
+    # step's share is against the mean of the two around it.
+    probes, steps = grpo["probes"], grpo["steps"]
+    assert len(steps) == 2 and len(probes) == 3
+    for i, step in enumerate(steps):
+        around = (probes[i]["peak_flops_cpu"] + probes[i + 1]["peak_flops_cpu"]) / 2
+        assert step["peak_flops_cpu"] == pytest.approx(around)
+        assert step["update_cpu_s"] > 0 and step["rollout_cpu_s"] > 0
+    update = report["shares"]["update (forward + backward)"]["share_cpu"]
+    assert all(s["update_flops"] > 0 for s in steps)  # counted for each timed step
+    expected = [s["update_flops"] / s["update_cpu_s"] / s["peak_flops_cpu"] for s in steps]
+    assert update == pytest.approx(expected)
 
 
 @pytest.mark.slow
