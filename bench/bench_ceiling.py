@@ -141,6 +141,7 @@ def grpo_utilisation(args: Any, model_dir: Path) -> dict[str, Any]:
     with counter:
         update(groups)
     update_flops = counter.get_total_flops()
+    warmup_groups = groups
 
     steps: list[dict[str, float]] = []
     timed_groups = []
@@ -160,10 +161,11 @@ def grpo_utilisation(args: Any, model_dir: Path) -> dict[str, Any]:
             }
         )
         probes.append(matmul_peak(args.probe_repeats))
+
     # Each step's rollout samples other lengths, so its update does other work than the
     # warm-up's: count every timed step's update FLOPs by running it again, untimed, on the
     # same groups (the count depends on the shapes only, not on the weights).
-    for record, groups in zip(steps, timed_groups, strict=True):
+    def recount(groups: Any) -> int:
         # As sampled by the current policy, as in the timed pass: a sample older than the
         # policy would make the trainer add a proximal forward pass the timing never saw.
         for group in groups:
@@ -172,10 +174,20 @@ def grpo_utilisation(args: Any, model_dir: Path) -> dict[str, Any]:
         counter = FlopCounterMode(display=False)
         with counter:
             update(groups)
-        record["update_flops"] = counter.get_total_flops()
+        return counter.get_total_flops()
+
+    for record, groups in zip(steps, timed_groups, strict=True):
+        record["update_flops"] = recount(groups)
         # The rollout is not replayed (sampling would draw other lengths): its FLOPs are the
         # warm-up step's count, an estimate for the timed steps.
         record["rollout_flops"] = rollout_flops
+    # The same replay of the warm-up's groups must give the warm-up's own count.
+    warmup_recounted = recount(warmup_groups)
+    if warmup_recounted != update_flops:
+        raise RuntimeError(
+            f"replaying the warm-up update counted {warmup_recounted} FLOPs, not the "
+            f"{update_flops} of the warm-up itself: the replay does other work than a step"
+        )
     for i, record in enumerate(steps):
         for clock in ("", "_cpu"):
             around = [probes[i][f"peak_flops{clock}"], probes[i + 1][f"peak_flops{clock}"]]
@@ -191,7 +203,7 @@ def grpo_utilisation(args: Any, model_dir: Path) -> dict[str, Any]:
     }
 
 
-def _shares(used: dict[str, Any], phases: tuple[str, ...], clock: str) -> list:
+def _shares(used: dict[str, Any], phases: tuple[str, ...], clock: str) -> list[tuple[float, float]]:
     """Per timed step: achieved FLOP/s of ``phases`` and its share of the adjacent peaks."""
     out = []
     for record in used["steps"]:
