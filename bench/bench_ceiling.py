@@ -225,6 +225,10 @@ def main() -> None:
         help="timings per matmul shape of the peak measured again around every timed step",
     )
     args = parser.parse_args()
+    for flag in ("steps", "repeats", "probe_repeats"):
+        value = getattr(args, flag)
+        if value < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
     common.set_threads(args.threads)
     machine = common.machine_info(args.threads)
     print(f"machine: {machine}")

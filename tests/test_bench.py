@@ -199,6 +199,18 @@ def test_ceiling_reports_matmul_peak_and_step_fraction(tmp_path) -> None:
     assert update == pytest.approx(expected)
 
 
+def test_ceiling_refuses_a_count_below_one_before_measuring() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_ceiling.py"), "--probe-repeats", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "--probe-repeats must be at least 1, got 0" in proc.stderr
+    assert "matmul throughput" not in proc.stdout
+
+
 @pytest.mark.slow
 def test_async_bench_runs_both_sides_and_reports_accuracy_and_cpu_time(tmp_path) -> None:
     out = tmp_path / "async.json"
