@@ -37,7 +37,13 @@ What the suite checks, against the native engine and a teacher-forced forward of
 - ``sync_weights(weights, version=v)`` makes the engine sample from ``weights`` (a module or a
   state dict) and stamps every later completion with ``policy_version == v``;
 - the same ``sampling.seed`` repeats the same samples (skipped when the class sets
-  ``seeded_samples_repeat = False``, for engines whose sampler takes no seed).
+  ``seeded_samples_repeat = False``, for engines whose sampler takes no seed);
+- the lifecycle (:mod:`areno_core.rollout.base`): after ``sync_weights`` the engine holds its
+  weights; a session that ends with ``drop_state`` either keeps them (then the next session
+  samples exactly what the last one did) or, only for an engine that declares
+  ``drops_weights``, reports ``holds_weights == False`` and refuses to generate
+  (:class:`~areno_core.rollout.base.WeightsNotHeldError`) until the same version is pushed
+  again, after which it samples the policy's tokens, stamped with that version.
 """
 
 from __future__ import annotations
@@ -48,7 +54,14 @@ from typing import Any
 import pytest
 import torch
 
-from areno_core.rollout.base import EngineOptions, RolloutEngine, RolloutSession
+from areno_core.rollout.base import (
+    EngineOptions,
+    RolloutEngine,
+    RolloutSession,
+    WeightsNotHeldError,
+    drops_weights,
+    holds_weights,
+)
 from areno_core.types import Completion, SamplingParams
 
 EOS = 3
@@ -281,6 +294,8 @@ class EngineConformance:
         with RolloutSession(engine) as session:
             session.generate(prompts[:2], sampling)
         assert engine.stats["prompts"] == 2
+        if not holds_weights(engine):  # released with its session: pushed again, as a run does
+            engine.sync_weights(model, version=0)
         with RolloutSession(engine, drop_state=True) as session:
             assert engine.stats["prompts"] == 0
             session.generate(prompts[:3], sampling)
@@ -312,6 +327,62 @@ class EngineConformance:
         assert tokens(again) == tokens(before)
         assert {c.policy_version for g in again for c in g} == {3}
         assert engine.stats["weight_syncs"] >= 3
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def test_conformance_release_keeps_the_weights_or_says_it_dropped_them(
+        self, make, model, prompts
+    ):
+        sampling = SamplingParams(max_new_tokens=8, greedy=True)
+        engine = make(model)
+        assert holds_weights(engine)
+        with RolloutSession(engine) as session:
+            before = session.generate(prompts, sampling)
+        for _ in range(2):  # twice: a second release must not lose more than the first
+            with RolloutSession(engine, drop_state=True) as session:
+                if not holds_weights(engine):
+                    assert drops_weights(engine), (
+                        "the engine lost its weights in a release but does not declare "
+                        "drops_weights, so no runner would push them again"
+                    )
+                    with pytest.raises(WeightsNotHeldError):
+                        session.generate(prompts, sampling)
+                    engine.sync_weights(model, version=0)  # what the runner does
+                    assert holds_weights(engine)
+                again = session.generate(prompts, sampling)
+            assert tokens(again) == tokens(before)
+            assert {c.policy_version for g in again for c in g} == {0}
+
+    def test_conformance_runner_pushes_weights_again_after_an_evaluation_released_them(
+        self, make, model, prompts
+    ):
+        # The sequence every run with evaluation goes through: sync(v) -> an evaluation
+        # session that frees state -> the next rollout at the same version.
+        from types import SimpleNamespace
+
+        from areno_core.rollout.runner import RolloutRunner
+
+        sampling = SamplingParams(max_new_tokens=8, greedy=True)
+        expected = native_reference(model).generate(prompts, sampling)
+        engine = make(model)
+        owner = SimpleNamespace(optimizer_steps=0, policy=model, adapter=None)
+        runner = RolloutRunner(
+            owner,  # type: ignore[arg-type]
+            engine,
+            sampling=sampling,
+            n_samples=1,
+            reward_fn=lambda record: 0.0,
+            batch_size=len(prompts),
+        )
+        runner.sync_weights()
+        with RolloutSession(engine, drop_state=True) as session:  # the evaluation
+            session.generate(prompts[:2], sampling)
+        runner.sync_weights()  # the loop's call between steps: the version did not move
+        with RolloutSession(engine) as session:  # the next rollout
+            out = session.generate(prompts, sampling)
+        assert tokens(out) == tokens(expected)
+        assert {c.policy_version for g in out for c in g} == {0}
+        assert runner.weight_restores == (1 if drops_weights(engine) else 0)
 
 
 __all__ = [

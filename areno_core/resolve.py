@@ -274,13 +274,29 @@ def choose_backend(cfg: RunConfig, registry: Registry, *, required: bool = True)
 def _check_plugin_options(
     table: OptionTable, chosen: set[str], active: set[tuple[str, str]], cfg: RunConfig
 ) -> None:
-    """Warn about options set for an algorithm, engine or backend this run does not use."""
+    """Warn about options set for an algorithm or backend this run does not use; an option
+    of a rollout engine the run does not use is an error (``--sglang-url`` without
+    ``--rollout-engine sglang`` would otherwise sample on another engine than the user
+    pointed at, with nothing but a warning to say so)."""
     for name in sorted(chosen):
         if name not in table or table.is_core(name):
             continue
         owners = table.owners(name)
         if any((o.kind, o.name) in active for o in owners):
             continue
+        engines = [o.name for o in owners if o.kind == "rollout engine"]
+        if engines and len(engines) == len(owners):
+            samples = any(kind == "rollout engine" for kind, _ in active)
+            how = (
+                f"samples with --rollout-engine {cfg.rollout_engine}"
+                if samples
+                else f"(--algo {cfg.algo}) samples nothing"
+            )
+            raise ConfigError(
+                f"{flag(name)} is an option of {_owner_list(owners)}, but this run {how}; "
+                + (f"add --rollout-engine {engines[0]} or " if samples else "")
+                + f"drop {flag(name)}"
+            )
         logger.warning(
             "%s is an option of %s; this run (%s) does not read it",
             flag(name),

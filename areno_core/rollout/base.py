@@ -4,6 +4,23 @@ A training step runs ``with RolloutSession(engine, drop_state=...)``: inside, th
 ``engine.generate(prompt_token_ids, sampling, n=...)``; on exit the engine either keeps its
 buffers for the next step (the default, less setup per step) or frees them
 (``--drop-rollout-state``, more memory for the train phase).
+
+The lifecycle, and what ending a session may drop:
+
+* ``end_session(drop_state=True)`` may free the KV cache, per-row buffers and captured decode
+  graphs; the engine rebuilds them by itself on the next ``generate``.
+* It may also free the *weights*, but only an engine that says so: ``drops_weights`` is True
+  (e.g. a colocated SGLang server, whose memory saver discards the weights on release unless
+  it keeps a CPU copy). Such an engine sets ``holds_weights`` to False until the next
+  ``sync_weights`` and refuses to ``generate`` meanwhile (:class:`WeightsNotHeldError`): it
+  never samples from memory that no longer holds the version it would stamp.
+* Whoever syncs weights (the run's :class:`~areno_core.rollout.runner.RolloutRunner`, the
+  asynchronous rollout worker) checks :func:`holds_weights` before each session and pushes the
+  weights of the current version again when the engine lost them, so a release never changes
+  what a completion's ``policy_version`` means.
+
+An engine that never drops its weights (the native engine) needs neither attribute: one
+without them is taken to hold its weights from the first ``sync_weights`` on.
 """
 
 from __future__ import annotations
@@ -14,6 +31,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from areno_core.errors import ArenoError
 from areno_core.options import NoOptions, make_options
 from areno_core.types import Completion, SamplingParams
 from areno_core.validators import boolean, number, one_of, required
@@ -96,7 +114,28 @@ class RolloutEngine(Protocol):
         before the first rollout and after every step that changed the policy."""
 
     def end_session(self, *, drop_state: bool = False) -> None:
-        """Finish the rollout phase; with ``drop_state`` free caches and buffers."""
+        """Finish the rollout phase; with ``drop_state`` free caches and buffers (and, for an
+        engine whose ``drops_weights`` is True, possibly the weights: see the module
+        docstring)."""
+
+
+class WeightsNotHeldError(ArenoError, RuntimeError):
+    """``generate`` was called on an engine whose weights were released (or never synced):
+    sampling then would stamp completions with a version the engine does not hold."""
+
+
+def holds_weights(engine: Any) -> bool:
+    """Whether ``engine`` samples from the weights of its ``policy_version`` now. Engines may
+    declare a ``holds_weights`` attribute (see the module docstring); one that does not is
+    taken to hold them."""
+    return bool(getattr(engine, "holds_weights", True))
+
+
+def drops_weights(engine: Any) -> bool:
+    """Whether ending a session may discard ``engine``'s weights (its ``drops_weights``
+    attribute; False when it declares none), so whoever syncs must be able to push the same
+    version again."""
+    return bool(getattr(engine, "drops_weights", False))
 
 
 EngineFactory = Callable[[Any, Any, EngineOptions, Any], RolloutEngine]
@@ -212,4 +251,7 @@ __all__ = [
     "EngineSpec",
     "RolloutEngine",
     "RolloutSession",
+    "WeightsNotHeldError",
+    "drops_weights",
+    "holds_weights",
 ]

@@ -26,9 +26,12 @@ import attrs
 from areno_core.accel.memory import MIB, move_optimizer_state
 from areno_core.model import TrainableModel
 from areno_core.rewards import RewardScorer
-from areno_core.rollout.base import RolloutEngine, RolloutSession
+from areno_core.log import get_logger
+from areno_core.rollout.base import RolloutEngine, RolloutSession, holds_weights
 from areno_core.rollout.collect import collect_groups, merge_rollout_metrics, prompt_item
 from areno_core.types import SamplingParams, TrajectoryGroup
+
+logger = get_logger(__name__)
 
 
 @attrs.frozen
@@ -126,20 +129,30 @@ class RolloutRunner:
         # it), else the engine's own attribute of that name, else the merged weights.
         self.lora_weights = lora_weights or getattr(engine, "lora_weights", "merged")
         self._synced: int | None = None
+        self.weight_restores = 0
+        """How often the engine had to be given the same version again after a release."""
 
-    def sync_weights(self) -> None:
-        """Hand the engine the policy if it changed since the last sync (or never was). A LoRA
-        policy goes as the engine's spec asks (``lora_weights``: the module, the merged
+    def sync_weights(self, weights: Any = None) -> None:
+        """Hand the engine the policy if it changed since the last sync (or never was), or if
+        the engine lost the weights of that version (a release that dropped them: see
+        :mod:`areno_core.rollout.base`). ``weights`` are the current version's weights when
+        the caller has them (the asynchronous rollout worker); by default the placement's. A
+        LoRA policy goes as the engine's spec asks (``lora_weights``: the module, the merged
         weights or the adapter; see :class:`~areno_core.rollout.base.EngineSpec`)."""
         from areno_core.models.lora import weights_for_engine
 
         version = self.model.optimizer_steps
-        if self._synced != version:
+        if self._synced == version and holds_weights(self.engine):
+            return
+        if self._synced == version:
+            logger.debug("rollout engine dropped the weights of version %d: pushing again", version)
+            self.weight_restores += 1
+        if weights is None:
             weights = self.placement.weights()  # the full policy (gathered when sharded)
-            if getattr(self.model, "adapter", None) is not None:  # LoRA: as the engine asks
-                weights = weights_for_engine(self.model, self.lora_weights, weights)
-            self.engine.sync_weights(weights, version=version)
-            self._synced = version
+        if getattr(self.model, "adapter", None) is not None:  # LoRA: as the engine asks
+            weights = weights_for_engine(self.model, self.lora_weights, weights)
+        self.engine.sync_weights(weights, version=version)
+        self._synced = version
 
     def __call__(
         self, rows: Sequence[dict[str, Any]], step: int
@@ -147,6 +160,7 @@ class RolloutRunner:
         """The groups of one step (``n_samples`` scored samples per row) and their metrics."""
         items = [prompt_item(step * self.batch_size + i, row) for i, row in enumerate(rows)]
         start, stop = self.placement.share(len(items))
+        self.sync_weights()  # a no-op unless an evaluation's release dropped the weights
         with self._optimizer_offloaded(), RolloutSession(self.engine, drop_state=self.drop_state):
             if self.agent is not None:
                 groups, metrics = self._agentic(items[start:stop])

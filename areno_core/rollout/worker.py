@@ -134,7 +134,7 @@ def build_runner(spec: WorkerSpec) -> Any:
     from areno_core.models.loading import load_model_and_tokenizer
     from areno_core.registry import get_registry
     from areno_core.rewards import resolve_reward_fn
-    from areno_core.rollout.runner import AgentSettings, RolloutRunner
+    from areno_core.rollout.runner import AgentSettings, RolloutPlacement, RolloutRunner
 
     if spec.threads is not None:
         torch.set_num_threads(spec.threads)
@@ -169,6 +169,7 @@ def build_runner(spec: WorkerSpec) -> Any:
     return RolloutRunner(
         model,
         engine,
+        placement=RolloutPlacement(policy, PublishedWeights(policy)),
         sampling=spec.sampling,
         n_samples=spec.n_samples,
         reward_fn=reward_fn,
@@ -218,9 +219,29 @@ class Mailbox:
         return taken
 
 
+class PublishedWeights:
+    """What the worker's runner re-pushes when its engine dropped the weights of the current
+    version (see :mod:`areno_core.rollout.base`): the newest weights the trainer published,
+    kept only for an engine that may drop them (the others hold them already, and keeping the
+    shared-memory copy alive would cost a copy of the policy)."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self._kept: Weights | None = None
+
+    def receive(self, message: Weights, *, keep: bool) -> None:
+        self._kept = message if keep else None
+
+    def __call__(self) -> Any:
+        return self.policy if self._kept is None else self._kept.packed.state_dict()
+
+
 def serve(runner: Any, mailbox: Mailbox, outbox: Connection) -> None:
     """Answer rollout requests until Stop or until the trainer goes away."""
+    from areno_core.rollout.base import drops_weights
+
     pending: collections.deque[Rollout] = collections.deque()
+    published = runner.placement.weights
     have_weights = False
     load_s = 0.0
     while True:
@@ -234,8 +255,10 @@ def serve(runner: Any, mailbox: Mailbox, outbox: Connection) -> None:
                 pending.append(message)
         if newest is not None:
             started = time.perf_counter()
-            runner.engine.sync_weights(newest.packed.state_dict(), version=newest.version)
+            if isinstance(published, PublishedWeights):
+                published.receive(newest, keep=drops_weights(runner.engine))
             runner.model.optimizer_steps = newest.version
+            runner.sync_weights(newest.packed.state_dict())
             have_weights = True
             load_s += time.perf_counter() - started
             del newest
@@ -285,6 +308,7 @@ __all__ = [
     "Batch",
     "Failed",
     "Mailbox",
+    "PublishedWeights",
     "Ready",
     "Rollout",
     "Stop",

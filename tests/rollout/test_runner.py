@@ -135,7 +135,7 @@ def test_two_ranks_sharing_a_step_gather_what_one_process_samples():
         model_runner = _runner()
         model_runner.placement = RolloutPlacement(
             model_runner.model.policy,
-            lambda: None,
+            lambda policy=model_runner.model.policy: policy,
             rank=rank,
             size=2,
             gather=gather_of(rank),

@@ -11,7 +11,15 @@ import pytest
 import torch
 
 from areno_core.rollout.weights import pack_weights
-from areno_core.rollout.worker import Batch, Mailbox, Rollout, Stop, Weights, serve
+from areno_core.rollout.worker import (
+    Batch,
+    Mailbox,
+    PublishedWeights,
+    Rollout,
+    Stop,
+    Weights,
+    serve,
+)
 from areno_core.types import SamplingParams
 
 
@@ -33,9 +41,14 @@ class FakeRunner:
     def __init__(self, during=None) -> None:
         self.engine = FakeEngine()
         self.model = SimpleNamespace(optimizer_steps=0, rollout_generator=None)
+        self.placement = SimpleNamespace(weights=PublishedWeights(None))
         self.sampling: SamplingParams | None = None
         self.sampled_with: list[tuple[int, int | None]] = []
         self.during = during
+
+    def sync_weights(self, weights=None) -> None:  # as RolloutRunner's, without the LoRA path
+        state = self.placement.weights() if weights is None else weights
+        self.engine.sync_weights(state, version=self.model.optimizer_steps)
 
     def __call__(self, rows, step):
         self.sampled_with.append((step, self.engine.policy_version))

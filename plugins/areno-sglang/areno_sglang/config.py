@@ -4,6 +4,8 @@ them: which mode, which weight-sync method, which servers serve which data-paral
 from __future__ import annotations
 
 import importlib.util
+import os
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -84,6 +86,22 @@ class SGLangEngineConfig:
         choices=GROUP_BACKENDS,
         resume_may_change=True,
     )
+    sglang_api_key_env: str = option(
+        "SGLANG_API_KEY",
+        "SGLang engine: name of the environment variable holding the servers' --api-key, sent "
+        "as a bearer token (unset or empty: no key). The key itself is never a flag, so it "
+        "stays out of the run's config.yaml and logs.",
+        metavar="VAR",
+        resume_may_change=True,
+    )
+    sglang_admin_api_key_env: str = option(
+        "SGLANG_ADMIN_API_KEY",
+        "SGLang engine: name of the environment variable holding the servers' --admin-api-key, "
+        "sent on the admin routes (weight updates, memory release, cache flush, pause); unset "
+        "or empty: those routes get the --sglang-api-key-env key.",
+        metavar="VAR",
+        resume_may_change=True,
+    )
     sglang_timeout_s: float = option(
         600.0,
         "SGLang engine: seconds to wait for one request to a server (a generate batch or a "
@@ -137,6 +155,14 @@ class SGLangEngineConfig:
                 "--sglang-weight-sync distributed is for remote servers; a colocated server "
                 "shares the trainer's GPU and takes its weights in memory (tensor) or from disk"
             )
+
+    def keys(self, environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+        """``(api key, admin api key)`` read from the variables the options name."""
+        env = os.environ if environ is None else environ
+        return (
+            env.get(self.sglang_api_key_env) or None,
+            env.get(self.sglang_admin_api_key_env) or None,
+        )
 
     @property
     def mode(self) -> str:

@@ -10,7 +10,15 @@ over the servers (all samples of a prompt on one server, which shares their pref
 each server one ``/generate`` batch. ``sync_weights`` pushes the weights to every server
 (:mod:`areno_sglang.weights`), tagged with the policy version, then reads the version back:
 a server that did not take the new weights stops the run, and so does any output stamped
-with another version.
+with another version. On remote servers (which other clients may share) a push runs inside
+pause (``retract``) -> push -> flush the cache (retried while requests are pending) ->
+continue, so no request samples from half-updated weights or a cache of the old ones.
+
+Lifecycle (see :mod:`areno_core.rollout.base`): a colocated server releases its memory when a
+session ends and resumes it at the next one. SGLang's memory saver discards the weights on
+release unless the server keeps a CPU copy (``--enable-weights-cpu-backup`` in
+``--sglang-server-args``), so the engine then says ``drops_weights`` and, after each release,
+``holds_weights = False``: it refuses to generate until the runner pushes the weights again.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from typing import Any
 from torch import nn
 
 from areno_core.log import get_logger, warn_once
-from areno_core.rollout.base import EngineOptions
+from areno_core.rollout.base import EngineOptions, WeightsNotHeldError
 from areno_core.rollout.sampling import validate_sampling
 from areno_core.types import Completion, SamplingParams
 from areno_sglang.client import SGLangClient, SGLangServerError, StaleWeightsError
@@ -105,8 +113,10 @@ class SGLangEngine:
         self.dp_size = size if dp_size is None else dp_size
         self.policy_version = 0
         self.stats: dict[str, float] = dict.fromkeys(STAT_KEYS, 0.0)
-        self._synced = False
+        self.holds_weights = False  # the servers hold other weights until the first sync
+        self.drops_weights = False  # set once the servers say whether they back weights up
         self._released = False
+        self._pushed = False
         self._lock = threading.Lock()
         self._server: Any = None
         self._model_dir: Path | None = None
@@ -122,9 +132,21 @@ class SGLangEngine:
                     f"--sglang-weight-sync tensor hands memory handles to the server, which "
                     f"must run on this machine; {far[0]} does not (use disk or distributed)"
                 )
-            self.clients = [SGLangClient(u, timeout_s=cfg.sglang_timeout_s) for u in urls]
-            self._wait_ready()
-            self._weights = self._make_sync(tensor_serializer)
+            if cfg.weight_sync == "tensor" and tensor_serializer is None:
+                _require_cuda_weights(policy)
+            api_key, admin_key = cfg.keys()
+            self.clients = [
+                SGLangClient(
+                    u, timeout_s=cfg.sglang_timeout_s, api_key=api_key, admin_api_key=admin_key
+                )
+                for u in urls
+            ]
+            infos = self._wait_ready()
+            if cfg.mode == "colocated" and cfg.sglang_release_memory:
+                self.drops_weights = not all(
+                    bool(i.get("enable_weights_cpu_backup")) for i in infos
+                )
+            self._weights = self._make_sync(tensor_serializer, infos)
         except BaseException:
             _shutdown(getattr(self, "_weights", None), self._server, self._model_dir)
             raise
@@ -171,11 +193,15 @@ class SGLangEngine:
         )
         return self._server.url
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self) -> list[dict[str, Any]]:
+        """Wait for every server's health, check what it serves; its ``/server_info``."""
         alive = self._server.exited if self._server is not None else None
+        remote = self.config.mode == "remote"
 
-        def ready(client: SGLangClient) -> None:
-            client.wait_healthy(self.config.sglang_health_timeout_s, alive=alive)
+        def ready(client: SGLangClient) -> dict[str, Any]:
+            client.wait_healthy(
+                self.config.sglang_health_timeout_s, alive=alive, refused_is_final=remote
+            )
             info = client.model_info()
             if info.get("is_generation") is False:
                 raise SGLangServerError(
@@ -184,16 +210,30 @@ class SGLangEngine:
                 )
             if "weight_version" not in info:
                 raise SGLangServerError(
-                    f"SGLang server {client.url} reports no weight_version in /get_model_info; "
+                    f"SGLang server {client.url} reports no weight_version in /model_info; "
                     "areno needs it to check that every rollout samples from the weights it "
                     "pushed. Use a newer SGLang release"
                 )
+            return client.server_info()
 
-        _each(self.clients, ready)
+        return _each(self.clients, ready)
 
-    def _make_sync(self, serializer: Serializer | None) -> Any:
+    def _make_sync(self, serializer: Serializer | None, infos: list[dict[str, Any]]) -> Any:
         cfg = self.config
         method = cfg.weight_sync
+        if method == "distributed":
+            for client, info in zip(self.clients, infos, strict=True):
+                sizes = {k: int(info.get(k) or 1) for k in ("dp_size", "pp_size")}
+                if any(v > 1 for v in sizes.values()):
+                    raise SGLangServerError(
+                        f"SGLang server {client.url} runs with "
+                        + ", ".join(f"{k} {v}" for k, v in sizes.items() if v > 1)
+                        + ": SGLang joins a weight-update group from tensor-parallel ranks "
+                        "only (data-parallel replicas are refused, pipeline stages would "
+                        "take the same group rank), so --sglang-weight-sync distributed "
+                        "cannot reach every copy of the weights. Use --sglang-weight-sync "
+                        "disk, or one server per data-parallel replica in --sglang-url"
+                    )
         if method == "disk":
             root = cfg.sglang_weights_dir
             if root is not None and self.dp_size > 1:
@@ -222,12 +262,14 @@ class SGLangEngine:
         if self.config.mode == "colocated" and self.config.sglang_release_memory:
             self._release()
         elif drop_state:
-            _each(self.clients, lambda c: c.flush_cache())
+            _each(self.clients, lambda c: c.flush_cache(timeout_s=self.config.sglang_timeout_s))
 
     def _release(self) -> None:
         if not self._released:
             _each(self.clients, lambda c: c.release_memory())
             self._released = True
+            if self.drops_weights:  # the memory saver unmapped them: push before sampling
+                self.holds_weights = False
 
     def _resume(self) -> None:
         if self._released:
@@ -243,7 +285,10 @@ class SGLangEngine:
         began = time.perf_counter()
         with self._lock:
             self._resume()
-            self._weights.push(pairs, int(version))
+            if self.config.mode == "remote":
+                self._push_paused(pairs, int(version))
+            else:  # a server of this run alone, idle between sessions
+                self._weights.push(pairs, int(version))
             expected = str(int(version))
 
             def check(client: SGLangClient) -> None:
@@ -257,10 +302,23 @@ class SGLangEngine:
 
             _each(self.clients, check)
             self.policy_version = int(version)
-            self._synced = True
+            self.holds_weights = True
+            self._pushed = True
         self.stats["weight_syncs"] += 1
         self.stats["weight_sync_time_s"] += time.perf_counter() - began
         logger.debug("sglang: %d tensors at version %d on every server", len(pairs), version)
+
+    def _push_paused(self, pairs: Any, version: int) -> None:
+        """pause (retract) -> push -> flush (retried while busy) -> continue, on every server;
+        generation continues even when the push fails, so a shared server is never left
+        paused."""
+        timeout = self.config.sglang_timeout_s
+        _each(self.clients, lambda c: c.pause_generation("retract"))
+        try:
+            self._weights.push(pairs, version)
+            _each(self.clients, lambda c: c.flush_cache(timeout_s=timeout))
+        finally:
+            _each(self.clients, lambda c: c.continue_generation())
 
     # -- generation --------------------------------------------------------------------------
 
@@ -271,10 +329,16 @@ class SGLangEngine:
         validate_sampling(sampling)
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        if not self._synced:
-            raise RuntimeError(
-                "SGLangEngine.generate() before sync_weights(): the servers may hold other "
-                "weights than the policy; sync them first (the run does this before step 1)"
+        if not self.holds_weights:
+            why = (
+                "the servers' memory was released since the last push, and SGLang discards "
+                "released weights unless it runs with --enable-weights-cpu-backup"
+                if self._pushed
+                else "the servers may hold other weights than the policy"
+            )
+            raise WeightsNotHeldError(
+                f"SGLangEngine.generate() before sync_weights(): {why}; push the weights of "
+                f"version {self.policy_version} first (the run's rollout runner does)"
             )
         began = time.perf_counter()
         kept: list[int] = []
@@ -391,6 +455,18 @@ class SGLangEngine:
     def close(self) -> None:
         """Leave the weight-update group, stop a launched server, delete written weights."""
         self._finalizer()
+
+
+def _require_cuda_weights(policy: nn.Module) -> None:
+    """--sglang-weight-sync tensor passes CUDA IPC handles (SGLang's serializer handles no
+    other device): refuse a policy held elsewhere before anything starts."""
+    for name, param in policy.named_parameters():
+        if param.device.type != "cuda":
+            raise SGLangServerError(
+                f"--sglang-weight-sync tensor hands the server CUDA memory handles, but the "
+                f"policy's {name} is on {param.device}; use --sglang-weight-sync disk (or "
+                "distributed) for a policy that is not on a GPU"
+            )
 
 
 def _shutdown(weights: Any, server: Any, model_dir: Path | None) -> None:

@@ -9,19 +9,33 @@ sends is supported (``ignore_eos``, ``min_p`` and stop strings are refused). ::
     python -m areno_sglang.protocol_server --model-path random:qwen3-tiny --port 30000
     areno train --algo grpo --ckpt random:qwen3-tiny ... --sglang-url http://127.0.0.1:30000
 
-Routes: ``GET /health``, ``/health_generate``, ``/get_model_info``, ``/get_server_info``,
-``/get_weight_version``; ``POST /generate``, ``/update_weights_from_disk``,
-``/update_weights_from_tensor``, ``/init_weights_update_group``,
-``/update_weights_from_distributed``, ``/destroy_weights_update_group``,
-``/release_memory_occupation``, ``/resume_memory_occupation``, ``/flush_cache``. Like SGLang, it
-starts at weight version ``"default"``, takes a new version only with weights that loaded, and
-stamps every output with its version. While its memory is released it refuses to generate.
+Where it matters for a trainer it is as strict as SGLang 0.5.23 (``areno_sglang.compat``),
+whose server code it follows:
+
+* ``/release_memory_occupation`` frees the weights (tags ``weights``, ``kv_cache``,
+  ``cuda_graph``; none given: all) and ``/resume_memory_occupation`` maps *fresh* memory: the
+  weights come back as noise, still stamped with the old ``weight_version``, unless the server
+  was started with ``--enable-weights-cpu-backup``. Releasing needs an idle server.
+* ``/flush_cache`` answers 400 while requests run (or wait, unless generation is paused).
+* ``/pause_generation`` (modes ``abort``, ``retract``, ``in_place``) holds new requests until
+  ``/continue_generation``.
+* ``sampling_params`` with a key SGLang does not know is a 400, as SGLang's contract gate does.
+* ``--api-key`` and ``--admin-api-key`` are enforced with SGLang's rules: health routes are
+  open; admin routes (weights, memory, cache, pause) take the admin key when one is set, else
+  the API key; the others take the API key.
+* ``/model_info`` and ``/server_info`` are the current routes; the deprecated
+  ``/get_model_info`` and ``/get_server_info`` still answer (each call is counted in
+  ``deprecated_calls``); ``/get_weight_version`` does not exist.
+
+Like SGLang, it starts at weight version ``"default"``, takes a new version only with weights
+that loaded, and stamps every output with its version.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import hmac
 import json
 import threading
 import time
@@ -46,6 +60,32 @@ class ProtocolError(Exception):
     """A request the server refuses (answered with HTTP 400 and SGLang's error JSON)."""
 
 
+SAMPLING_KEYS = frozenset(
+    {
+        "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
+        "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
+        "min_new_tokens", "n", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos",
+        "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+        "stream_interval", "logit_bias", "sampling_seed", "custom_params", "beam_width",
+        "watermark", "choice",
+    }
+)  # fmt: skip
+"""The ``sampling_params`` keys SGLang's ``/generate`` accepts (its API's ``SamplingParams``;
+a test compares this set with the installed sglang's)."""
+ADMIN_ROUTES = frozenset(
+    {
+        "/update_weights_from_disk", "/update_weights_from_tensor",
+        "/update_weights_from_distributed", "/init_weights_update_group",
+        "/destroy_weights_update_group", "/release_memory_occupation",
+        "/resume_memory_occupation", "/flush_cache", "/pause_generation",
+        "/continue_generation",
+    }
+)  # fmt: skip
+"""Routes SGLang marks admin-optional: with ``--admin-api-key`` set, only that key opens them."""
+MEMORY_TAGS = ("weights", "kv_cache", "cuda_graph")
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+
 class ProtocolServer:
     """Serve ``model`` on ``host:port`` (port 0: a free one) until :meth:`stop`.
 
@@ -62,16 +102,32 @@ class ProtocolServer:
         host: str = "127.0.0.1",
         port: int = 0,
         model_path: str = "areno-protocol-server",
+        api_key: str | None = None,
+        admin_api_key: str | None = None,
+        weights_cpu_backup: bool = False,
+        tp_size: int = 1,
+        dp_size: int = 1,
+        pp_size: int = 1,
     ) -> None:
         self.model = model.eval()
         self.model_path = model_path
+        self.api_key = api_key
+        self.admin_api_key = admin_api_key
+        self.weights_cpu_backup = weights_cpu_backup
+        self.parallel = {"tp_size": tp_size, "dp_size": dp_size, "pp_size": pp_size}
+        self.released_tags: set[str] = set()
+        self.paused: str | None = None
+        self.running = 0
+        self.waiting = 0
+        self.deprecated_calls: list[str] = []
+        self._state = threading.Condition()
+        self._backup: dict[str, torch.Tensor] | None = None
         config = getattr(model, "config", None)
         self.context_len = int(getattr(config, "max_position_embeddings", 0) or 32768)
         self.engine = NativeEngine(
             model, None, EngineOptions(attn_backend="native", max_prompt_tokens=self.context_len)
         )
         self.weight_version = "default"
-        self.released = False
         self.ignore_weight_updates = False
         self.stamp_version: str | None = None
         self.calls: list[tuple[str, str, Any]] = []
@@ -112,28 +168,54 @@ class ProtocolServer:
         """The paths requested so far (of one HTTP method when given), in order."""
         return [path for m, path, _ in self.calls if method is None or m == method]
 
+    @property
+    def released(self) -> bool:
+        """Whether any memory (weights, KV cache) is released now."""
+        return bool(self.released_tags)
+
+    def authorize(self, path: str, header: str | None) -> int | None:
+        """None when a request to ``path`` with this ``Authorization`` header may proceed,
+        else its HTTP status (401), by SGLang's rules (see the module docstring)."""
+        if path.startswith(("/health", "/ready", "/metrics")):
+            return None
+        route = path.split("?", 1)[0]
+        key = self.api_key
+        if route in ADMIN_ROUTES and self.admin_api_key:
+            key = self.admin_api_key
+        if key is None:
+            return None
+        scheme, _, token = (header or "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), key.encode()):
+            return None
+        return 401
+
     # -- GET ---------------------------------------------------------------------------------
 
     def get(self, path: str) -> tuple[int, Any]:
         if path in ("/health", "/health_generate"):
             return 200, ""
-        if path == "/get_model_info":
+        if path in ("/get_model_info", "/get_server_info"):
+            self.deprecated_calls.append(path)
+            path = path.replace("/get_", "/", 1)
+        if path == "/model_info":
             return 200, {
                 "model_path": self.model_path,
+                "served_model_name": self.model_path,
                 "tokenizer_path": None,
                 "is_generation": True,
                 "preferred_sampling_params": None,
                 "weight_version": self.weight_version,
             }
-        if path == "/get_weight_version":
-            return 200, {"weight_version": self.weight_version}
-        if path == "/get_server_info":
+        if path == "/server_info":
             return 200, {
                 "model_path": self.model_path,
-                "tp_size": 1,
-                "dp_size": 1,
-                "weight_version": self.weight_version,
+                "served_model_name": self.model_path,
+                **self.parallel,
+                "enable_memory_saver": True,
+                "enable_weights_cpu_backup": self.weights_cpu_backup,
+                "max_context_length": self.context_len,
                 "version": "areno-protocol-server",
+                "internal_states": [],
             }
         return 404, {"detail": "Not Found"}
 
@@ -149,7 +231,9 @@ class ProtocolServer:
             "/destroy_weights_update_group": self._destroy_group,
             "/release_memory_occupation": self._release,
             "/resume_memory_occupation": self._resume,
-            "/flush_cache": lambda body: (200, "Cache flushed.\n"),
+            "/flush_cache": self._flush,
+            "/pause_generation": self._pause,
+            "/continue_generation": self._continue,
         }
         handler = handlers.get(path)
         if handler is None:
@@ -162,6 +246,27 @@ class ProtocolServer:
             return 400, _error(str(exc))
 
     def _generate(self, body: dict[str, Any]) -> tuple[int, Any]:
+        params = body.get("sampling_params") or {}
+        for sp in params if isinstance(params, list) else [params]:
+            unknown = sorted(set(sp) - SAMPLING_KEYS) if isinstance(sp, dict) else []
+            if unknown:  # SGLang's contract gate answers {"error": ...} with HTTP 400
+                return 400, {"error": f"unknown field `{unknown[0]}` in sampling_params"}
+        with self._state:
+            self.waiting += 1
+            try:
+                while self.paused is not None:
+                    self._state.wait()
+            finally:
+                self.waiting -= 1
+            self.running += 1
+        try:
+            return self._generate_now(body)
+        finally:
+            with self._state:
+                self.running -= 1
+                self._state.notify_all()
+
+    def _generate_now(self, body: dict[str, Any]) -> tuple[int, Any]:
         if self.released:
             raise ProtocolError("memory is released: call /resume_memory_occupation first")
         ids = body.get("input_ids")
@@ -307,13 +412,77 @@ class ProtocolServer:
             dist.destroy_process_group(group)
         return 200, {"success": True, "message": "destroyed"}
 
+    def _idle(self) -> bool:
+        """No request runs, and none waits unless generation is paused (SGLang's test before
+        flushing the cache or releasing memory)."""
+        return self.running == 0 and (self.waiting == 0 or self.paused is not None)
+
+    def _tags(self, body: dict[str, Any]) -> set[str]:
+        tags = body.get("tags")
+        if not tags:
+            return set(MEMORY_TAGS)
+        unknown = sorted(set(tags) - set(MEMORY_TAGS))
+        if unknown:
+            raise ProtocolError(f"unknown memory tags {unknown}; expected some of {MEMORY_TAGS}")
+        return set(tags)
+
     def _release(self, body: dict[str, Any]) -> tuple[int, Any]:
-        self.released = True
+        tags = self._tags(body)
+        with self._state:
+            if not self._idle():
+                raise ProtocolError(
+                    "release_memory_occupation should be called only when server is idle."
+                )
+            if "weights" in tags and "weights" not in self.released_tags:
+                # The memory saver unmaps the weights; only a CPU backup brings them back.
+                self._backup = (
+                    {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+                    if self.weights_cpu_backup
+                    else None
+                )
+            self.released_tags |= tags
         return 200, None
 
     def _resume(self, body: dict[str, Any]) -> tuple[int, Any]:
-        self.released = False
+        tags = self._tags(body)
+        with self._state, self._lock, torch.no_grad():
+            if "weights" in tags & self.released_tags:
+                if self._backup is not None:
+                    self.model.load_state_dict(self._backup)
+                else:  # fresh memory: whatever it holds, not the weights
+                    generator = torch.Generator().manual_seed(len(self.calls))
+                    for tensor in self.model.state_dict().values():
+                        if tensor.is_floating_point():
+                            tensor.copy_(torch.randn(tensor.shape, generator=generator))
+                self._backup = None
+            self.released_tags -= tags
         return 200, None
+
+    def _flush(self, body: dict[str, Any]) -> tuple[int, Any]:
+        with self._state:
+            if not self._idle():
+                return 400, (
+                    "Cache not flushed because there are pending requests. "
+                    f"#running-req: {self.running}, #queue-req: {self.waiting}\n"
+                )
+        return 200, "Cache flushed.\n"
+
+    def _pause(self, body: dict[str, Any]) -> tuple[int, Any]:
+        mode = body.get("mode", "abort")
+        if mode not in PAUSE_MODES:
+            raise ProtocolError(f"mode must be one of {PAUSE_MODES}, got {mode!r}")
+        with self._state:
+            self.paused = str(mode)
+            if mode != "in_place":  # aborted or retracted: nothing keeps running
+                while self.running:
+                    self._state.wait()
+        return 200, {"message": "Generation paused successfully.", "status": "ok"}
+
+    def _continue(self, body: dict[str, Any]) -> tuple[int, Any]:
+        with self._state:
+            self.paused = None
+            self._state.notify_all()
+        return 200, {"message": "Generation continued successfully.", "status": "ok"}
 
 
 def _native_sampling(sp: dict[str, Any]) -> SamplingParams:
@@ -361,13 +530,25 @@ def _handler(server: ProtocolServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _denied(self) -> bool:
+            status = server.authorize(self.path, self.headers.get("Authorization"))
+            if status is None:
+                return False
+            server.calls.append((self.command, self.path, "unauthorized"))
+            self._send(status, {"error": "Unauthorized"})
+            return True
+
         def do_GET(self) -> None:
+            if self._denied():
+                return
             server.calls.append(("GET", self.path, None))
             self._send(*server.get(self.path))
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0) or 0)
             raw = self.rfile.read(length) if length else b"{}"
+            if self._denied():
+                return
             try:
                 body = json.loads(raw or b"{}")
             except ValueError:
@@ -391,13 +572,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--random-seed", type=int, default=0)
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--admin-api-key", default=None)
+    parser.add_argument("--enable-weights-cpu-backup", action="store_true")
     args, ignored = parser.parse_known_args(argv)
     from areno_core.models.loading import load_model
 
     torch.set_num_threads(1)
     torch.manual_seed(args.random_seed)
     model = load_model(args.model_path, device="cpu")
-    server = ProtocolServer(model, host=args.host, port=args.port, model_path=args.model_path)
+    server = ProtocolServer(
+        model,
+        host=args.host,
+        port=args.port,
+        model_path=args.model_path,
+        api_key=args.api_key,
+        admin_api_key=args.admin_api_key,
+        weights_cpu_backup=args.enable_weights_cpu_backup,
+    )
     if ignored:
         logger.info("protocol server: ignoring SGLang arguments %s", " ".join(ignored))
     print(f"areno protocol server: {args.model_path} at {server.url}", flush=True)

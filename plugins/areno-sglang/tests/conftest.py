@@ -28,12 +28,15 @@ def _one_thread() -> Iterator[None]:
 
 @pytest.fixture
 def protocol_server() -> Iterator[Callable[..., ProtocolServer]]:
-    """``protocol_server(model=None)``: a started server; by default over a conformance model
-    with other weights than the policy's (seed 5), so only pushed weights make it agree."""
+    """``protocol_server(model=None, **server_options)``: a started server; by default over a
+    conformance model with other weights than the policy's (seed 5), so only pushed weights
+    make it agree. ``server_options`` go to :class:`ProtocolServer` (``api_key``,
+    ``weights_cpu_backup``, ``dp_size``...)."""
     started: list[ProtocolServer] = []
 
-    def start(model: torch.nn.Module | None = None) -> ProtocolServer:
-        server = ProtocolServer(model if model is not None else conformance_model(5)).start()
+    def start(model: torch.nn.Module | None = None, **server_options: Any) -> ProtocolServer:
+        model = model if model is not None else conformance_model(5)
+        server = ProtocolServer(model, **server_options).start()
         started.append(server)
         return server
 
@@ -62,6 +65,51 @@ def sglang_engine(
         config.setdefault("sglang_weights_dir", str(tmp_path / "weights"))
         cfg = SGLangEngineConfig(sglang_url=",".join(s.url for s in servers), **config)
         engine = SGLangEngine(
+            policy,
+            list(eos) if isinstance(eos, tuple | list) else eos,
+            options or EngineOptions(attn_backend="native"),
+            cfg,
+            dp_rank=0,
+            dp_size=1,
+        )
+        made.append(engine)
+        return engine
+
+    yield make
+    for engine in made:
+        engine.close()
+
+
+class InProcessColocated(SGLangEngine):
+    """Colocated mode over an in-process protocol server instead of a launched process: the
+    engine releases and resumes the server's memory around sessions as it would on a GPU, and
+    the strict server discards released weights (unless it keeps a CPU backup)."""
+
+    server: ProtocolServer
+
+    def _launch(self, launch_module: str | None) -> str:
+        return self.server.url
+
+
+@pytest.fixture
+def colocated_engine(tmp_path: Path) -> Iterator[Callable[..., SGLangEngine]]:
+    """``colocated_engine(policy, server, eos=..., options=...)``: a colocated-mode engine
+    (weights from disk) over ``server``; closed after the test."""
+    made: list[SGLangEngine] = []
+
+    def make(
+        policy: torch.nn.Module,
+        server: ProtocolServer,
+        *,
+        options: EngineOptions | None = None,
+        eos: Any = (EOS,),
+        **config: Any,
+    ) -> SGLangEngine:
+        config.setdefault("sglang_weights_dir", str(tmp_path / "weights"))
+        config.setdefault("sglang_weight_sync", "disk")
+        cfg = SGLangEngineConfig(sglang_mode="colocated", **config)
+        engine_cls = type("Colocated", (InProcessColocated,), {"server": server})
+        engine = engine_cls(
             policy,
             list(eos) if isinstance(eos, tuple | list) else eos,
             options or EngineOptions(attn_backend="native"),

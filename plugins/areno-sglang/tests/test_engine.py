@@ -4,14 +4,21 @@ versions, stale servers, health, memory release, and the three weight-sync metho
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
-from areno_sglang.client import SGLangServerError, StaleWeightsError
+from areno_sglang.client import (
+    ConnectionRefused,
+    SGLangClient,
+    SGLangServerError,
+    StaleWeightsError,
+)
 from areno_sglang.config import SGLangEngineConfig
 from areno_sglang.engine import SGLangEngine
 from areno_sglang.weights import free_port, pickle_serializer
@@ -118,11 +125,35 @@ def test_generate_before_any_sync_is_refused(protocol_server, sglang_engine):
         engine.generate([[5, 6]], GREEDY)
 
 
-def test_unreachable_server_fails_after_the_health_timeout_naming_it(sglang_engine):
+def test_remote_server_that_refuses_the_connection_fails_at_once_naming_it(sglang_engine):
     port = free_port()  # nothing listens there
     server = type("Gone", (), {"url": f"http://127.0.0.1:{port}"})()
-    with pytest.raises(SGLangServerError, match=rf"127.0.0.1:{port} did not answer /health"):
-        sglang_engine(conformance_model(0), [server], sglang_health_timeout_s=0.3)
+    began = time.monotonic()
+    with pytest.raises(ConnectionRefused, match=rf"127.0.0.1:{port} refused the connection"):
+        sglang_engine(conformance_model(0), [server], sglang_health_timeout_s=600.0)
+    assert time.monotonic() - began < 5.0  # not the 600 s health timeout
+
+
+def test_server_still_starting_is_waited_for_with_a_line_then_times_out(
+    protocol_server, sglang_engine, monkeypatch, caplog
+):
+    server = protocol_server()
+    monkeypatch.setattr(server, "get", lambda path: (503, "starting"))  # /health: 503
+    monkeypatch.setattr(SGLangClient, "wait_healthy", _fast_reports(SGLangClient.wait_healthy))
+    with (
+        caplog.at_level(logging.INFO, logger="areno"),
+        pytest.raises(SGLangServerError, match=r"did not answer /health within 0.6 s"),
+    ):
+        sglang_engine(conformance_model(0), [server], sglang_health_timeout_s=0.6)
+    lines = [r.getMessage() for r in caplog.records if "waiting for SGLang" in r.getMessage()]
+    assert lines and all(server.url in line and "HTTP 503" in line for line in lines)
+
+
+def _fast_reports(wait_healthy):
+    def wait(self, timeout_s, **kwargs):
+        return wait_healthy(self, timeout_s, **{**kwargs, "poll_s": 0.05, "report_s": 0.2})
+
+    return wait
 
 
 def test_server_without_weight_versions_is_refused(protocol_server, sglang_engine, monkeypatch):
@@ -161,9 +192,10 @@ def test_session_end_with_drop_state_flushes_the_server_cache(protocol_server, s
     server = protocol_server()
     engine = sglang_engine(policy, [server])
     engine.sync_weights(policy, version=0)
+    pushed = len(server.calls)
     with RolloutSession(engine, drop_state=False):
         engine.generate([[5, 6]], GREEDY)
-    assert "/flush_cache" not in server.routes()
+    assert "/flush_cache" not in [path for _, path, _ in server.calls[pushed:]]
     with RolloutSession(engine, drop_state=True):
         engine.generate([[5, 6]], GREEDY)
     assert server.routes("POST")[-1] == "/flush_cache"
@@ -203,7 +235,12 @@ def test_tensor_sync_hands_serialized_tensors_to_a_local_server(protocol_server,
     )
     try:
         engine.sync_weights(policy, version=5)
-        assert server.routes("POST") == ["/update_weights_from_tensor"]
+        assert server.routes("POST") == [
+            "/pause_generation",
+            "/update_weights_from_tensor",
+            "/flush_cache",
+            "/continue_generation",
+        ]
         [push] = [b for _, p, b in server.calls if p == "/update_weights_from_tensor"]
         assert push["weight_version"] == "5" and push["flush_cache"] is True
         assert _same_weights(server.model, policy)
@@ -248,6 +285,8 @@ def test_distributed_sync_broadcasts_over_a_gloo_group_to_a_server_process(tmp_p
     )
     engine = None
     try:
+        # A remote server must be up before the run starts (a refused connection fails fast).
+        SGLangClient(f"http://127.0.0.1:{port}").wait_healthy(120.0)
         engine = SGLangEngine(policy, [EOS], None, config, dp_rank=0, dp_size=1)
         prompts = conformance_prompts()
         engine.sync_weights(policy, version=0)
