@@ -31,6 +31,15 @@ setup() {
   done
   "$PY" -m pip install -q "${args[@]}"
   "$PY" -m pip install -q --no-deps "${bare[@]}"
+  # SGLang's own request and response types for the payload test
+  # (plugins/areno-sglang/tests/test_sglang_types.py): the sglang wheel alone, without its CUDA
+  # dependencies, in a folder nothing imports from (the test loads the modules it checks by
+  # path, so the rest of the suite still sees no sglang). The version is areno_sglang.compat's.
+  local sg
+  sg=$("$PY" -c "from areno_sglang.compat import SGLANG_TESTED; print(SGLANG_TESTED)")
+  if [[ ! -d ".cache/sglang-$sg/sglang" ]]; then
+    "$PY" -m pip install -q --no-deps --target ".cache/sglang-$sg" "sglang==$sg"
+  fi
 }
 
 demo() {

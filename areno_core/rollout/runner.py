@@ -24,9 +24,9 @@ from typing import Any
 import attrs
 
 from areno_core.accel.memory import MIB, move_optimizer_state
+from areno_core.log import get_logger
 from areno_core.model import TrainableModel
 from areno_core.rewards import RewardScorer
-from areno_core.log import get_logger
 from areno_core.rollout.base import RolloutEngine, RolloutSession, holds_weights
 from areno_core.rollout.collect import collect_groups, merge_rollout_metrics, prompt_item
 from areno_core.types import SamplingParams, TrajectoryGroup

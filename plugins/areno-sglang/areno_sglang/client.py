@@ -95,7 +95,9 @@ class SGLangClient:
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             kind = (
-                ConnectionRefused if isinstance(reason, ConnectionRefusedError) else SGLangServerError
+                ConnectionRefused
+                if isinstance(reason, ConnectionRefusedError)
+                else SGLangServerError
             )
             raise kind(f"SGLang server {self.url}: {method} {route} failed: {reason}") from exc
         if status in (401, 403):

@@ -201,7 +201,7 @@ class ProtocolServer:
             return 200, {
                 "model_path": self.model_path,
                 "served_model_name": self.model_path,
-                "tokenizer_path": None,
+                "tokenizer_path": "",
                 "is_generation": True,
                 "preferred_sampling_params": None,
                 "weight_version": self.weight_version,

@@ -116,6 +116,15 @@ def write_model_dir(pairs: NamedTensors, directory: Path, config: Any) -> None:
     tmp.rename(directory)
 
 
+def disk_payload(directory: Path, version: int) -> dict[str, Any]:
+    """The ``/update_weights_from_disk`` body for a model directory tagged ``version``."""
+    return {
+        "model_path": str(directory),
+        "abort_all_requests": False,
+        "weight_version": str(version),
+    }
+
+
 class DiskSync:
     """``/update_weights_from_disk`` from a directory under ``root`` (a temporary directory
     when None; removed on :meth:`close`)."""
@@ -133,11 +142,7 @@ class DiskSync:
     def push(self, pairs: NamedTensors, version: int) -> None:
         directory = self.root / f"weights-v{version}"
         write_model_dir(pairs, directory, self.config)
-        payload = {
-            "model_path": str(directory),
-            "abort_all_requests": False,
-            "weight_version": str(version),
-        }
+        payload = disk_payload(directory, version)
         _each(self.clients, lambda c: c.update("/update_weights_from_disk", payload))
         previous, self._current = self._current, directory
         if previous is not None and previous != directory:
@@ -245,15 +250,7 @@ class GroupSync:
 
         def join(index: int) -> Any:
             return self.clients[index].update(
-                "/init_weights_update_group",
-                {
-                    "master_address": self.address,
-                    "master_port": self.port,
-                    "rank_offset": offsets[index],
-                    "world_size": world,
-                    "group_name": self.group_name,
-                    "backend": self.backend,
-                },
+                "/init_weights_update_group", self.join_payload(offsets[index], world)
             )
 
         with ThreadPoolExecutor(max_workers=len(self.clients)) as pool:
@@ -270,6 +267,30 @@ class GroupSync:
             for future in joins:
                 future.result()
 
+    def join_payload(self, rank_offset: int, world_size: int) -> dict[str, Any]:
+        """The ``/init_weights_update_group`` body for a server whose first rank is
+        ``rank_offset`` in a group of ``world_size``."""
+        return {
+            "master_address": self.address,
+            "master_port": self.port,
+            "rank_offset": rank_offset,
+            "world_size": world_size,
+            "group_name": self.group_name,
+            "backend": self.backend,
+        }
+
+    def update_payload(self, group: NamedTensors, *, last: bool, version: int) -> dict[str, Any]:
+        """The ``/update_weights_from_distributed`` body announcing ``group`` (the last
+        bucket of a push flushes the cache and sets the version)."""
+        return {
+            "names": [n for n, _ in group],
+            "dtypes": [dtype_name(t.dtype) for _, t in group],
+            "shapes": [list(t.shape) for _, t in group],
+            "group_name": self.group_name,
+            "flush_cache": last,
+            "weight_version": str(version) if last else None,
+        }
+
     def push(self, pairs: NamedTensors, version: int) -> None:
         import torch.distributed as dist
 
@@ -277,15 +298,7 @@ class GroupSync:
             self.connect()
         groups = list(buckets(pairs))
         for i, group in enumerate(groups):
-            last = i == len(groups) - 1
-            payload = {
-                "names": [n for n, _ in group],
-                "dtypes": [dtype_name(t.dtype) for _, t in group],
-                "shapes": [list(t.shape) for _, t in group],
-                "group_name": self.group_name,
-                "flush_cache": last,
-                "weight_version": str(version) if last else None,
-            }
+            payload = self.update_payload(group, last=i == len(groups) - 1, version=version)
             with ThreadPoolExecutor(max_workers=len(self.clients)) as pool:
                 calls = [
                     pool.submit(c.update, "/update_weights_from_distributed", payload)
@@ -355,6 +368,17 @@ def pickle_serializer(pairs: NamedTensors) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
+def tensor_payload(blob: str, tp_size: int, *, last: bool, version: int) -> dict[str, Any]:
+    """The ``/update_weights_from_tensor`` body: one copy of the serialized bucket per
+    tensor-parallel rank of the server."""
+    return {
+        "serialized_named_tensors": [blob] * tp_size,
+        "load_format": None,
+        "flush_cache": last,
+        "weight_version": str(version) if last else None,
+    }
+
+
 class TensorSync:
     """``/update_weights_from_tensor`` with serialized tensors (one copy per tensor-parallel
     rank of the server). The tensors must stay alive until the server has copied them, which
@@ -385,12 +409,7 @@ class TensorSync:
             for client, tp in zip(self.clients, self._tp, strict=True):
                 client.update(
                     "/update_weights_from_tensor",
-                    {
-                        "serialized_named_tensors": [blob] * tp,
-                        "load_format": None,
-                        "flush_cache": last,
-                        "weight_version": str(version) if last else None,
-                    },
+                    tensor_payload(blob, tp, last=last, version=version),
                 )
 
     def close(self) -> None:

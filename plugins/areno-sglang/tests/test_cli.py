@@ -84,6 +84,27 @@ def test_remote_mode_without_a_url_is_a_config_error(capsys, rl_files, tmp_path)
     assert "--sglang-mode remote needs --sglang-url" in err
 
 
+@pytest.mark.parametrize(
+    ("algo", "says"),
+    [
+        ("grpo", "this run samples with --rollout-engine native; add --rollout-engine sglang or"),
+        ("sft", "this run (--algo sft) samples nothing; drop --sglang-url"),
+    ],
+)
+def test_sglang_url_without_the_sglang_engine_is_an_error(capsys, rl_files, tmp_path, algo, says):
+    # It used to warn and train on the native engine: the user's server sat unused.
+    data, reward = rl_files
+    run = tmp_path / "run"
+    code, _, err = _exit(
+        capsys, "train", "--algo", algo, "--sglang-url", "http://127.0.0.1:30000",
+        "--ckpt", "random:qwen3-tiny", "--dataset-path", str(data), "--reward-fn-path",
+        str(reward), "--save-path", str(run),
+    )  # fmt: skip
+    assert code == 2
+    assert "--sglang-url is an option of rollout engine sglang (areno-sglang), but " + says in err
+    assert not run.exists()
+
+
 def test_grpo_trains_end_to_end_through_a_remote_server_with_weights_pushed_every_step(
     rl_files, tmp_path
 ):

@@ -39,7 +39,7 @@ def _call(url: str, route: str, body: dict | None = None, key: str | None = None
         return exc.code, exc.read().decode()
 
 
-# -- the defect: a release discards the weights -------------------------------------------------
+# -- the defect: a release discards the weights ----------------------------------------------------
 
 
 def test_strict_server_loses_released_weights_but_keeps_their_version(protocol_server):
@@ -96,9 +96,11 @@ def test_sync_eval_rollout_samples_the_policy_with_the_version_it_came_from(
     with RolloutSession(engine, drop_state=True):  # the step-0 evaluation
         assert tokens(engine.generate(prompts, GREEDY)) == tokens(expected)
     assert server.released and not engine.holds_weights
-    with pytest.raises(WeightsNotHeldError, match="--enable-weights-cpu-backup"):
-        with RolloutSession(engine):
-            engine.generate(prompts, GREEDY)  # what the old runner did: refused now
+    with (
+        pytest.raises(WeightsNotHeldError, match="--enable-weights-cpu-backup"),
+        RolloutSession(engine),
+    ):
+        engine.generate(prompts, GREEDY)  # what the old runner did: refused now
     runner.sync_weights()  # the version did not move, but the weights are gone: pushed again
     with RolloutSession(engine):
         out = engine.generate(prompts, GREEDY)
@@ -123,7 +125,7 @@ def test_colocated_server_with_cpu_backup_is_not_pushed_again(protocol_server, c
     assert tokens(out) == tokens(native_reference(policy).generate(conformance_prompts(), GREEDY))
 
 
-# -- a busy server, pause and continue -----------------------------------------------------------
+# -- a busy server, pause and continue -------------------------------------------------------------
 
 
 def test_flush_while_a_request_runs_is_400_and_the_client_retries_until_idle(protocol_server):
@@ -185,7 +187,7 @@ def test_failed_remote_push_still_continues_generation(protocol_server, sglang_e
     assert server.routes("POST")[-1] == "/continue_generation" and server.paused is None
 
 
-# -- requests SGLang refuses ----------------------------------------------------------------------
+# -- requests SGLang refuses -----------------------------------------------------------------------
 
 
 def test_unknown_sampling_parameter_is_refused_like_sglang(protocol_server):
@@ -233,7 +235,7 @@ def test_admin_routes_take_the_admin_key(protocol_server, sglang_engine, monkeyp
     assert engine.generate([[5, 6]], GREEDY)[0][0].policy_version == 0
 
 
-# -- set-ups the engine refuses before sampling -----------------------------------------------------
+# -- set-ups the engine refuses before sampling ----------------------------------------------------
 
 
 def test_distributed_sync_to_a_data_parallel_server_is_refused(protocol_server, sglang_engine):
