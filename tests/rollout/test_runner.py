@@ -3,13 +3,14 @@ for training rollouts and evaluation alike, always inside a rollout session."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 import torch
 
 from areno_core.model import TrainableModel
-from areno_core.rollout.base import EngineOptions
+from areno_core.rollout.base import EngineOptions, WeightsNotHeldError
 from areno_core.rollout.native import NativeEngine
 from areno_core.rollout.runner import RolloutPlacement, RolloutRunner, share_bounds
 from areno_core.types import SamplingParams
@@ -215,3 +216,113 @@ def test_offload_optimizer_moves_state_out_for_the_rollout_and_back(runner, monk
     # The whole rollout session runs while the state is away.
     between = runner.engine.calls[moves[0][2] : moves[1][2]]
     assert [c[0] for c in between] == ["start", "generate", "end"]
+
+
+# -- an engine whose release drops the weights -----------------------------------------------
+
+
+class ForgetfulEngine(NativeEngine):
+    """Samples from its own copy of the policy and, like a colocated SGLang server without a
+    CPU backup, loses the weights whenever a session that frees state ends (they become
+    noise), saying so through ``holds_weights`` and refusing to sample until pushed again."""
+
+    drops_weights = True
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        import copy
+
+        super().__init__(copy.deepcopy(model), tokenizer, EngineOptions(attn_backend="native"))
+        self.holds_weights = False
+        self.pushed: list[int] = []
+
+    def sync_weights(self, weights: Any, *, version: int) -> None:
+        super().sync_weights(weights, version=version)
+        self.holds_weights = True
+        self.pushed.append(version)
+
+    def end_session(self, *, drop_state: bool = False) -> None:
+        super().end_session(drop_state=drop_state)
+        if drop_state:
+            with torch.no_grad():
+                for param in self.model.parameters():
+                    param.normal_()
+            self.holds_weights = False
+
+    def generate(self, prompts: Any, sampling: SamplingParams, *, n: int = 1) -> Any:
+        if not self.holds_weights:
+            raise WeightsNotHeldError("weights released")
+        return super().generate(prompts, sampling, n=n)
+
+
+def _forgetful_runner(placement: RolloutPlacement | None = None) -> RolloutRunner:
+    model = TrainableModel.from_ckpt("random:qwen3-tiny", seed=0)
+    return RolloutRunner(
+        model,
+        ForgetfulEngine(model.policy, model.tokenizer),
+        sampling=SamplingParams(max_new_tokens=6, temperature=1.0),
+        n_samples=3,
+        reward_fn=lambda record: float(record.completion.count("1")),
+        batch_size=4,
+        placement=placement,
+    )
+
+
+def test_rollout_after_an_evaluation_released_the_weights_samples_the_policy():
+    rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(1, 5)]
+    reference = _runner()
+    reference.sync_weights()
+    expected_eval = reference.evaluator(rows, max_new_tokens=4)()
+    expected, _ = reference(rows, step=0)
+
+    runner = _forgetful_runner()
+    runner.sync_weights()
+    assert (
+        runner.evaluator(rows, max_new_tokens=4)()["eval/accuracy"]
+        == (expected_eval["eval/accuracy"])
+    )
+    assert not runner.engine.holds_weights  # the evaluation's session freed them
+    runner.sync_weights()  # the loop's call between steps: same version, weights gone
+    groups, metrics = runner(rows, step=0)
+    assert runner.engine.pushed == [0, 0] and runner.weight_restores == 1
+    assert [[t.input_ids for t in g.trajectories] for g in groups] == [
+        [t.input_ids for t in g.trajectories] for g in expected
+    ]
+    assert metrics["rollout/policy_version"] == 0.0
+
+
+def test_async_worker_keeps_the_published_weights_for_an_engine_that_drops_them():
+    # The worker's runner re-pushes what the trainer published (not its own stale module).
+    from multiprocessing import Pipe
+
+    from areno_core.rollout.weights import pack_weights
+    from areno_core.rollout.worker import Batch, Mailbox, PublishedWeights, Rollout, Stop, serve
+    from areno_core.rollout.worker import Weights as WeightsMessage
+
+    trainer = TrainableModel.from_ckpt("random:qwen3-tiny", seed=3)  # what the trainer has
+    rows = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": "4"}]
+    reference = _runner()
+    reference.model.policy.load_state_dict(trainer.policy.state_dict())
+    reference.drop_state = True
+    reference.sync_weights()
+    expected = [reference(rows, step=s)[0] for s in (0, 1)]
+
+    runner = _forgetful_runner()
+    runner.drop_state = True  # every session releases: the second batch needs a re-push
+    runner.placement = RolloutPlacement(runner.model.policy, PublishedWeights(runner.model.policy))
+    inbox_read, inbox_write = Pipe(duplex=False)
+    outbox_read, outbox_write = Pipe(duplex=False)
+    inbox_write.send(WeightsMessage(0, pack_weights(trainer.policy)))
+    for step in (0, 1):
+        inbox_write.send(Rollout(step, rows, runner.sampling))
+    worker = threading.Thread(target=serve, args=(runner, Mailbox(inbox_read), outbox_write))
+    worker.start()
+    batches = [outbox_read.recv() for _ in range(2)]
+    inbox_write.send(Stop())
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert all(isinstance(b, Batch) for b in batches)
+    assert runner.engine.pushed == [0, 0]
+    for batch, groups in zip(batches, expected, strict=True):
+        assert [[t.input_ids for t in g.trajectories] for g in batch.groups] == [
+            [t.input_ids for t in g.trajectories] for g in groups
+        ]
