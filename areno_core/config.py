@@ -205,14 +205,15 @@ class RolloutConfig:
     )
     mem_frac: float = option(
         0.9,
-        "Fraction of the device's memory the tuner may plan for: GPU memory, or system RAM "
-        "when training on a CPU.",
+        "With --tune-params: fraction of the device's memory the tuner may plan for: GPU "
+        "memory, or system RAM when training on a CPU.",
         validator=fraction,
     )
     tune_max_samples: int = option(
         256,
-        "Most rollout rows the tuner considers: the largest --max-running-prompts it tries; "
-        "the batch size it derives is at most this / --n-samples.",
+        "With --tune-params: most rollout rows the tuner considers: the largest "
+        "--max-running-prompts it tries; the batch size it derives is at most this / "
+        "--n-samples.",
         validator=positive,
     )
 

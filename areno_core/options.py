@@ -15,6 +15,7 @@ are all built from it, so a plugin's options become flags without any change to 
 
 from __future__ import annotations
 
+import difflib
 import functools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import cattrs
 
-from areno_core.errors import ConfigError, PluginError, did_you_mean
+from areno_core.errors import ConfigError, PluginError
 from areno_core.validators import Validator, flag, one_of
 
 if TYPE_CHECKING:
@@ -292,16 +293,27 @@ class OptionTable:
         """The option name ``key`` normalizes to; an unknown one is a :class:`ConfigError`."""
         name = normalize_key(key)
         if name not in self.declared:
-            from areno_core.config import OPTION_ALIASES
-
             prefix = f"{where}: " if where else ""
-            alias = OPTION_ALIASES.get(name.lower())
-            if alias in self.declared:
-                hint = f" Did you mean {flag(alias)[2:]}?"
-            else:
-                hint = did_you_mean(name, self.names(), render=lambda n: flag(n)[2:])
+            close = self.suggest(key)
+            hint = f" Did you mean {', '.join(flag(n)[2:] for n in close)}?" if close else ""
             raise ConfigError(f"{prefix}unknown option {key!r}.{hint}")
         return name
+
+    def suggest(self, key: str, extra: Iterable[str] = ()) -> list[str]:
+        """The option names an unknown ``key`` most likely meant, best first: the option that
+        :data:`~areno_core.config.OPTION_ALIASES` maps it to (``learning_rate`` -> ``lr``),
+        else the closest names by spelling. ``extra`` names more candidates (a command's own
+        options). One source for the ``--config`` file and the command line alike."""
+        from areno_core.config import OPTION_ALIASES  # config imports this module
+
+        name = normalize_key(key)
+        candidates = [*self.names(), *(normalize_key(e) for e in extra)]
+        if name in candidates:  # a known option written another way (--mini_bs)
+            return [name]
+        alias = OPTION_ALIASES.get(name.lower())
+        if alias in candidates:
+            return [alias]
+        return difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
 
     def coerce(self, name: str, value: Any) -> Any:
         return coerce_value(self.declared[name].field, value)

@@ -162,7 +162,7 @@ def resolve_run(
                 raise NotAvailableError(f"--rollout-engine {engine.name}: {why}")
     from areno_core.tune.checks import check_tunable
 
-    check_tunable(cfg, spec)
+    check_tunable(cfg, spec, flags)
     return ResolvedRun(
         cfg,
         frozenset(user),
@@ -264,6 +264,18 @@ def choose_backend(cfg: RunConfig, registry: Registry, *, required: bool = True)
         reasons.append(f"{name}: {why}")
     if not required:
         return None
+    # A backend that runs this many processes and devices but refuses another option of the
+    # run holds the real reason; "install another backend" would mislead.
+    shape = RunConfig().replace(world_size=cfg.world_size, tp_size=cfg.tp_size)
+    sized = [
+        f"the {name} backend cannot run this configuration: {entry.obj.check(cfg)}"
+        for name, entry in registry.entries["backends"].items()
+        if entry.obj.check(shape) is None
+    ]
+    if sized:
+        raise NotAvailableError(
+            f"--world-size {cfg.world_size} --tp-size {cfg.tp_size}: " + "; ".join(sized)
+        )
     raise NotAvailableError(
         f"no installed training backend runs --world-size {cfg.world_size} --tp-size "
         f"{cfg.tp_size} ({'; '.join(reasons) or 'none is installed'}). Use --world-size 1 "
@@ -425,8 +437,9 @@ def recipe_layer(
     references are left as written (``resolve_run`` resolves the ones the user keeps).
     """
     chosen = recipe_algorithm(recipe, algo)
-    entry = registry.entries["algorithms"].get(chosen)
-    rollout = entry.obj.needs_rollout if entry is not None else True
+    # An algorithm that is not installed is named as such here, before the recipe's options
+    # for it (gspo_clip_eps, ...) read as unknown options.
+    rollout = registry.algorithm(chosen).needs_rollout
     options = recipe.options_for(chosen, rollout=rollout, resolve=False, lora=lora)
     return {"algo": chosen, **options}
 

@@ -93,3 +93,11 @@ assert (Path("run/step_3") / "model.safetensors").is_file()
 print(f"wheel story: ok (eval/accuracy {evals[0]['eval/accuracy']:.2f} -> "
       f"{evals[-1]['eval/accuracy']:.2f} on 20 held-out problems)")
 EOF
+# The plot needs the pack's 'plot' extra (matplotlib), which a plain install does not bring:
+# it says so in one line, without a traceback.
+if "$vpy" -m areno_recipes_math.plot run --out reward.png >plot.out 2>&1; then
+  echo "wheel story: the plot ran without matplotlib installed" >&2
+  exit 1
+fi
+grep -q "pip install 'areno-recipes-math\[plot\]'" plot.out
+if grep -q Traceback plot.out; then cat plot.out >&2; exit 1; fi

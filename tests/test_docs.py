@@ -7,19 +7,18 @@
 - every relative link in the docs and READMEs points to an existing file (and heading);
 - docs/index.md links every page of docs/;
 - the listings in docs/plugin-authors.md are the example pack's real files;
-- the ``areno train`` commands in docs/getting-started.md resolve, and its documented errors
-  are the real ones.
+- the ``areno train`` commands of every page run (cheap ones for 2 steps, the others resolve
+  with ``--dry-run``), the errors they quote are the real ones, and the Python API snippets of
+  the README and docs/python-api.md run as written (tests/test_docs_commands.py).
 """
 
 from __future__ import annotations
 
 import inspect
 import re
-import shlex
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from areno_core import hookspecs
 from areno_core.config import iter_options
@@ -213,50 +212,3 @@ def test_plugin_authors_listings_match_pack_files():
         path = REPO / first[2:].strip()
         assert path.is_file(), f"docs/plugin-authors.md lists {path}, which does not exist"
         assert body == path.read_text(), f"the listing of {path.name} differs from the file"
-
-
-def _console_commands(text: str) -> list[tuple[list[str], list[str]]]:
-    """(argv after 'areno', output lines) for each '$ areno train' command in console blocks."""
-    found = []
-    for block in re.findall(r"^```console\n(.*?)^```", text, re.S | re.M):
-        lines = block.splitlines()
-        i = 0
-        while i < len(lines):
-            line = lines[i]
-            if not line.startswith("$ areno train"):
-                i += 1
-                continue
-            command = line[2:]
-            while command.endswith("\\"):
-                i += 1
-                command = command[:-1] + " " + lines[i].strip()
-            output = []
-            i += 1
-            while i < len(lines) and not lines[i].startswith("$ "):
-                output.append(lines[i])
-                i += 1
-            if "..." not in command:
-                found.append((shlex.split(command)[1:], output))
-    return found
-
-
-def test_getting_started_commands_resolve_and_errors_match(tmp_path, monkeypatch):
-    from areno_core.cli.main import cli
-    from areno_core.errors import ArenoError
-
-    text = (DOCS / "getting-started.md").read_text()
-    [yaml_block] = [b for b in _code_blocks(text) if b.startswith("# sft.yaml")]
-    (tmp_path / "sft.yaml").write_text(yaml_block)
-    monkeypatch.chdir(tmp_path)
-    commands = _console_commands(text)
-    assert len(commands) >= 5
-    runner = CliRunner()
-    for argv, output in commands:
-        errors = [line for line in output if line.startswith("Error: ")]
-        if errors:
-            result = runner.invoke(cli, argv)
-            assert isinstance(result.exception, ArenoError), argv
-            assert f"Error: {result.exception}" == errors[0]
-        else:
-            result = runner.invoke(cli, [*argv, "--dry-run"])
-            assert result.exit_code == 0, (argv, result.output, result.exception)

@@ -1,4 +1,4 @@
-"""Agentic recipes train end to end on CPU through the local OpenAI-compatible endpoint."""
+"""An agentic recipe trains end to end on CPU through the local OpenAI-compatible endpoint."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from areno_core.cli.main import main
 pytestmark = pytest.mark.usefixtures("installed_plugins_only")
 
 
-@pytest.mark.parametrize(
-    ("recipe", "algo"), [("agentic/tictactoe-cpu", "grpo"), ("agentic/duelgrid-cpu", "gspo")]
-)
-def test_agentic_recipe_trains_through_endpoint(tmp_path: Path, recipe: str, algo: str):
+# agentic/duelgrid-cpu is not trained here: the smoke matrix of scripts/dev.sh test trains it
+# (with gspo and grpo) and its recipe gates what this test checked (samples, agent requests
+# and errors, turns, target tokens), so CI trains its slowest agentic case once per algorithm.
+def test_agentic_tictactoe_recipe_trains_through_endpoint(tmp_path: Path):
     run = tmp_path / "run"
     try:
-        main(["train", "--recipe", recipe, "--algo", algo, "--max-steps", "2",
+        main(["train", "--recipe", "agentic/tictactoe-cpu", "--algo", "grpo", "--max-steps", "2",
               "--save-path", str(run)])  # fmt: skip
     except SystemExit as exc:
         assert exc.code in (0, None)
@@ -29,15 +29,11 @@ def test_agentic_recipe_trains_through_endpoint(tmp_path: Path, recipe: str, alg
         assert step["rollout/agent_errors"] == 0
         assert 0.0 <= step["rollout/reward_mean"] <= 1.0
         assert step["train/target_tokens"] > 0
-    if recipe.startswith("agentic/duelgrid"):
-        assert steps[-1]["rollout/turns_mean"] >= 1.0
-    else:
         # The shipped warm start calls the tool, so rewards differ within groups and a
         # gradient flows through the agentic path (a random model's rewards are all 0).
-        for step in steps:
-            assert step["rollout/tool_calls_mean"] > 0.9
-            assert step["rollout/reward_std"] > 0.0
-            assert step["train/grad_norm"] > 0.0
-            assert step["rollout/agent_mismatches"] == 0
+        assert step["rollout/tool_calls_mean"] > 0.9
+        assert step["rollout/reward_std"] > 0.0
+        assert step["train/grad_norm"] > 0.0
+        assert step["rollout/agent_mismatches"] == 0
     assert (run / "latest").read_text().strip() == "step_2"
     assert (run / "step_2" / "model.safetensors").is_file()

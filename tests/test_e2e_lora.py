@@ -141,7 +141,8 @@ def test_lora_save_merged_writes_a_plain_model_equal_to_the_adapted_policy(tmp_p
     with torch.no_grad():
         want = adapted(input_ids=ids.input_ids).logits
         got = merged(input_ids=ids.input_ids).logits
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    # Merging rounds in float32: a bound relative to the logits' scale (docs/lora.md).
+    torch.testing.assert_close(got, want, atol=2e-6 * float(want.abs().max()), rtol=0)
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:

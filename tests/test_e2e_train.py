@@ -97,6 +97,9 @@ def test_dpo_margin_and_accuracy_rise(tmp_path, gsm8k_rows):
     assert abs(first["train/rewards/margin"]) < 0.05  # policy == reference at step 1
 
 
+# CI trains these four shapes once, in the smoke matrix (internal/areno-smoke: smoke/grpo,
+# smoke/gspo, smoke/rloo, smoke/ppo), whose gates check what this test checks.
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["grpo", "gspo", "rloo", "ppo"])
 def test_online_algorithms_run_and_write_metrics_and_checkpoint(tmp_path, gsm8k_rows, algo):
     loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"

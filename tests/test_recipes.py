@@ -518,3 +518,21 @@ def test_installed_smoke_pack_recipes_are_internal_and_never_published(monkeypat
             f"smoke recipe {name} comes from {entry.plugin.distribution}, which could be "
             "published: mark it 'Private :: Do Not Upload'"
         )
+
+
+@pytest.mark.parametrize("algo", [["--algo", "gspo"], []])
+def test_recipe_without_the_algorithms_plugin_says_to_install_it(capsys, monkeypatch, algo):
+    pytest.importorskip("areno_recipes_math")
+    from areno_core.registry import set_registry
+
+    monkeypatch.setenv("ARENO_PLUGINS", "math")  # the recipe pack, its algorithms disabled
+    set_registry(None)
+    try:
+        code, _, err = run_cli(capsys, "train", *algo, "--recipe", "math/arith", "--dry-run")
+    finally:
+        set_registry(None)
+    assert code == 2
+    assert err == (
+        "Error: unknown algorithm 'gspo'. No algorithms are registered. Install them with: pip "
+        "install areno-algos"
+    )

@@ -247,8 +247,10 @@ def test_coding_agent_command_unchanged_stops_on_unavailable_options(capsys):
     assert exc.value.code == 2
     err = " ".join(capsys.readouterr().err.split())
     # The distributed backend would run 8 x 4, but not with --tune-params (one process's probe).
-    assert "no installed training backend runs --world-size 8 --tp-size 4" in err
-    assert "distributed: --tune-params probes one process's memory" in err
+    assert (
+        "Error: --world-size 8 --tp-size 4: the distributed backend cannot run this "
+        "configuration: --tune-params probes one process's memory" in err
+    )
 
 
 def test_ppo_command_eight_processes_four_way_tensor_parallel_resolves(capsys, gsm8k_head):

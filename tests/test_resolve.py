@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from areno_core import resolve
-from areno_core.config import dump_yaml
+from areno_core.config import build_config, dump_yaml
 from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.registry import get_registry
 from areno_core.resolve import resolve_run
@@ -81,10 +81,11 @@ def test_several_devices_resolve_to_the_distributed_backend():
 def test_several_devices_without_a_backend_for_them_fail_before_any_work():
     with pytest.raises(NotAvailableError) as info:
         _resolve(algo="sft", world_size=2, adam_8bit=True)
-    text = str(info.value)
-    assert "no installed training backend runs --world-size 2 --tp-size 1" in text
-    assert "local: it trains in one process on one device" in text
-    assert "distributed: 8-bit Adam (--adam-8bit) keeps state FSDP2 cannot shard" in text
+    # The distributed backend runs two processes: its own reason comes first, and alone.
+    assert str(info.value) == (
+        "--world-size 2 --tp-size 1: the distributed backend cannot run this configuration: "
+        "8-bit Adam (--adam-8bit) keeps state FSDP2 cannot shard; drop --adam-8bit"
+    )
     with pytest.raises(NotAvailableError, match="--backend local cannot run this configuration"):
         _resolve(algo="sft", world_size=2, backend="local")
     with pytest.raises(ConfigError, match="unknown training backend 'locl'. Did you mean 'local'"):
@@ -97,13 +98,43 @@ def test_several_devices_without_a_backend_for_them_fail_before_any_work():
     assert dry.backend is None
 
 
+def test_lora_dropout_with_tensor_parallel_names_the_dropout_not_the_backend_count():
+    pytest.importorskip("peft", reason="LoRA needs peft: pip install 'areno-core[lora]'")
+    with pytest.raises(NotAvailableError) as info:
+        _resolve(algo="sft", world_size=2, tp_size=2, lora_rank=4, lora_dropout=0.1)
+    assert str(info.value).startswith(
+        "--world-size 2 --tp-size 2: the distributed backend cannot run this configuration: "
+        "--lora-dropout 0.1 with --tp-size 2"
+    )
+    assert "install a backend that runs several devices" not in str(info.value)
+
+
+def test_no_backend_for_the_size_still_says_to_install_one(monkeypatch):
+    registry = get_registry()
+    monkeypatch.delitem(registry.entries["backends"], "distributed")
+    with pytest.raises(NotAvailableError) as info:
+        resolve.choose_backend(build_config({**BASE, "world_size": 2, "tp_size": 1}), registry)
+    assert str(info.value) == (
+        "no installed training backend runs --world-size 2 --tp-size 1 (local: it trains in "
+        "one process on one device (--world-size 1 --tp-size 1)). Use --world-size 1 "
+        "--tp-size 1, or install a backend that runs several devices"
+    )
+
+
 def test_distributed_backend_refuses_a_low_precision_dtype_and_tune_params():
     with pytest.raises(NotAvailableError) as info:
         _resolve(algo="sft", world_size=2, dtype="bfloat16")
-    assert "distributed: --dtype bfloat16: parameters stay float32 under FSDP2" in str(info.value)
+    assert (
+        "distributed backend cannot run this configuration: --dtype bfloat16: parameters "
+        "stay float32 under FSDP2" in str(info.value)
+    )
     with pytest.raises(NotAvailableError) as info:
-        _resolve(algo="sft", world_size=2, tune_params=True)
-    assert "distributed: --tune-params probes one process's memory" in str(info.value)
+        _resolve(algo="grpo", reward_fn_path="r.py", world_size=2, tune_params=True)
+    assert str(info.value).startswith(
+        "--world-size 2 --tp-size 1: the distributed backend cannot run this configuration: "
+        "--tune-params probes one process's memory"
+    )
+    assert "install a backend" not in str(info.value)
     assert _resolve(algo="sft", world_size=2, dtype="float32").backend.name == "distributed"
 
 

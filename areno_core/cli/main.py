@@ -82,8 +82,22 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print("Interrupted.")
         sys.exit(130)
     except Exception as exc:
+        # A worker's traceback first: the launcher may stop this process at any moment now.
+        logged = _log_worker_traceback(exc)
         _report_to_launcher(exc)
+        if logged:
+            sys.exit(1)  # the launcher prints the run's one error line, naming the log
         raise
+
+
+def _log_worker_traceback(exc: BaseException) -> bool:
+    """A worker started by ``areno train --world-size N`` keeps its traceback in the run's log
+    directory rather than printing it; True when it did."""
+    if "LOCAL_RANK" not in os.environ:
+        return False
+    from areno_core.train.distributed.launch import log_worker_traceback
+
+    return log_worker_traceback(exc) is not None
 
 
 def _report_to_launcher(exc: BaseException) -> None:

@@ -125,6 +125,27 @@ class RunOptionsCommand(click.Command):
             self._cache = (table, run_options(table))
         return [*self._cache[1], *super().get_params(ctx)]
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            raise self._no_such_option(ctx, exc) from None
+
+    def _no_such_option(self, ctx: click.Context, exc: click.NoSuchOption) -> click.UsageError:
+        """click's error for an unknown flag, with the suggestions of the ``--config`` path
+        (``--learning-rate`` -> ``--lr``) instead of click's own spelling matches."""
+        if not exc.option_name.startswith("--"):
+            return exc
+        own = [opt[2:] for p in super().get_params(ctx) for opt in p.opts if opt.startswith("--")]
+        close = self.option_table().suggest(exc.option_name, extra=own)
+        if not close:
+            return click.NoSuchOption(exc.option_name, ctx=ctx)
+        names = ", ".join(repr(flag_name(n)) for n in close)
+        hint = f"Did you mean {names}?" if len(close) == 1 else f"(Did you mean one of: {names}?)"
+        return click.NoSuchOption(
+            exc.option_name, message=f"No such option {exc.option_name!r}. {hint}", ctx=ctx
+        )
+
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         table = self.option_table()
         own: dict[str, list[tuple[str, str]]] = {}

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from areno_core.errors import ConfigError, NotAvailableError
 
+# The tuner's own settings: they do nothing without --tune-params.
+TUNER_OPTIONS = ("mem_frac", "tune_max_samples")
 
-def check_tunable(cfg: Any, spec: Any) -> None:
+
+def check_tunable(cfg: Any, spec: Any, flags: Collection[str] = ()) -> None:
     """Refuse ``--tune-params`` for a run it cannot tune (``cfg``: the run config, ``spec``:
-    its algorithm); nothing to check without ``--tune-params``."""
+    its algorithm), and a tuner setting typed among ``flags`` (the command line's options)
+    without ``--tune-params``. A config file may restate them: a tuned run's own
+    config.yaml does, with ``tune_params: false``."""
     if not cfg.tune_params:
+        given = [name for name in TUNER_OPTIONS if name in flags]
+        if given:
+            raise ConfigError(
+                ", ".join("--" + name.replace("_", "-") for name in given)
+                + " only applies with --tune-params (it sizes the tuner's search); add "
+                "--tune-params, or drop it"
+            )
         return
     if not spec.needs_rollout:
         raise ConfigError(

@@ -37,6 +37,29 @@ def test_train_help_lists_every_option_in_its_section_in_order(capsys, toy_regis
         assert hit, f"{flag} not under {section}"
 
 
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("--learning-rate", "'--lr'"),  # another tool's name: the alias table
+        ("--learning_rate", "'--lr'"),
+        ("--num-generations", "'--n-samples'"),
+        ("--mini_bs", "'--mini-bs'"),  # the option, spelt with underscores
+        ("--dry_run", "'--dry-run'"),  # the command's own options too
+        ("--lrr", "'--lr'"),  # a typo: the closest spelling
+    ],
+)
+def test_train_unknown_flag_suggests_what_the_config_path_suggests(capsys, typed, meant):
+    code, _, err = run_cli(capsys, "train", typed, "1e-3")
+    assert code == 2
+    assert f"Error: No such option '{typed}'. Did you mean {meant}?" in err
+
+
+def test_train_unknown_flag_far_from_any_option_has_no_suggestion(capsys):
+    code, _, err = run_cli(capsys, "train", "--zzzzzz", "1")
+    assert code == 2
+    assert "Error: No such option '--zzzzzz'.\n" in err
+
+
 def test_train_unknown_algo_lists_registered_ones(capsys, toy_registry):
     code, _, err = run_cli(
         capsys,
@@ -61,7 +84,8 @@ def test_train_unknown_algo_lists_registered_ones(capsys, toy_registry):
         (["--tune-params"], "--tune-params tunes rollout concurrency and the batch it feeds"),
         (
             ["--world-size", "2", "--adam-8bit"],
-            "no installed training backend runs --world-size 2 --tp-size 1",
+            "--world-size 2 --tp-size 1: the distributed backend cannot run this "
+            "configuration: 8-bit Adam (--adam-8bit)",
         ),
         (["--greedy", "--top-k", "5"], "--greedy contradicts --top-k"),
         (["--reward-fn-path", "r.py"], "--reward-fn-path is for online RL algorithms"),

@@ -165,7 +165,10 @@ def test_lora_merged_export_equals_the_adapted_forward(tmp_path):
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "merged")
     ids = tokenizer("12+34=", return_tensors="pt").input_ids
-    torch.testing.assert_close(logits(exported, ids), logits(model.policy, ids), atol=1e-5, rtol=0)
+    want = logits(model.policy, ids)
+    # Merging rounds in float32: a bound relative to the logits' scale (docs/lora.md).
+    bound = 2e-6 * float(want.abs().max())
+    torch.testing.assert_close(logits(exported, ids), want, atol=bound, rtol=0)
     merged = model.adapter.merged_state_dict()
     assert set(merged) == set(load_model(TINY).state_dict())
 

@@ -130,6 +130,36 @@ def test_check_tunable_refuses_runs_it_cannot_tune(options, error, message):
     check_tunable(cfg.replace(tune_params=False), spec)  # nothing to check without it
 
 
+@pytest.mark.parametrize(
+    ("typed", "named"),
+    [
+        (["--mem-frac", "0.5"], "--mem-frac"),
+        (["--tune-max-samples", "64"], "--tune-max-samples"),
+        (["--mem-frac", "0.5", "--tune-max-samples", "64"], "--mem-frac, --tune-max-samples"),
+    ],
+)
+def test_tuner_setting_without_tune_params_is_refused_before_anything_loads(
+    capsys, inputs, tmp_path, typed, named
+):
+    run = tmp_path / "run"
+    argv = [a for a in _argv(inputs, run) if a != "--tune-params"]
+    del argv[argv.index("--tune-max-samples") : argv.index("--tune-max-samples") + 2]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, *typed])
+    assert exc.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"Error: {named} only applies with --tune-params" in err
+    assert not run.exists()
+
+
+def test_tuned_runs_own_config_restating_mem_frac_is_accepted():
+    from areno_core.registry import get_registry
+
+    # What a tuned run writes to config.yaml: tune_params false, its --mem-frac kept.
+    cfg = build_config({"tune_params": False, "mem_frac": 0.5})
+    check_tunable(cfg, get_registry().algorithm(cfg.algo), flags={"resume"})
+
+
 def test_kv_cache_bytes_of_qwen3_tiny():
     config = build_random_config("random:qwen3-tiny")
     per_token = (

@@ -8,16 +8,24 @@ sees those variables and trains instead of launching. ``torchrun ... -m areno_co
 starts the very same workers, on one machine or several.
 
 When a worker fails (an exception, or killed by a signal) the launcher stops the others and
-:func:`launch_workers` raises :class:`WorkersFailed` naming the rank and its error.
+:func:`launch_workers` raises :class:`WorkersFailed` naming the rank and its error. A worker's
+traceback goes to ``<run>/logs/rank<N>.log`` (:func:`log_worker_traceback`), not to the
+terminal: when one rank dies, the others fail in their next collective with long gloo or NCCL
+tracebacks that only bury the one line that says what happened.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import signal
 import sys
+import time
+import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from areno_core.errors import ArenoError, ConfigError
@@ -29,6 +37,10 @@ logger = get_logger(__name__)
 # How often the launcher looks at its workers (seconds): bounds how long a run takes to stop
 # after a worker died.
 MONITOR_INTERVAL_S = 0.2
+
+# Where the workers started by launch_workers write their tracebacks (set for them by the
+# launcher; a worker of a plain torchrun launch has none and lets Python print its traceback).
+WORKER_LOG_ENV = "ARENO_WORKER_LOG_DIR"
 
 
 class WorkersFailed(ArenoError):
@@ -52,6 +64,7 @@ def launch_workers(config: Any, argv: Sequence[str]) -> bool:
         # Workers share this machine's cores; without a limit each would start one thread
         # per core and they would slow each other down.
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+    log_dir = worker_log_dir(config)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -69,9 +82,10 @@ def launch_workers(config: Any, argv: Sequence[str]) -> bool:
     )
     logger.info("starting %d worker processes", nproc)
     try:
-        elastic_launch(launch, sys.executable)("-m", "areno_core.cli", *argv)
+        with _env(WORKER_LOG_ENV, str(log_dir.resolve())), _quiet_launcher():
+            elastic_launch(launch, sys.executable)("-m", "areno_core.cli", *argv)
     except ChildFailedError as exc:
-        raise WorkersFailed(describe_failure(exc.failures)) from None
+        raise WorkersFailed(describe_failure(exc.failures, log_dir=log_dir)) from None
     except SignalException as exc:
         # The launcher passed the signal on to the workers (Ctrl-C: they finish the step,
         # save and stop; see StopOnInterrupt) and waited for them.
@@ -83,9 +97,90 @@ def launch_workers(config: Any, argv: Sequence[str]) -> bool:
     return True
 
 
+def worker_log_dir(config: Any) -> Path:
+    """Where the workers of a run leave their tracebacks: ``logs/`` in the run's directory
+    (``--save-path``, else ``--metrics-log-dir``), else ``runs/logs``."""
+    return Path(config.save_path or config.metrics_log_dir or "runs") / "logs"
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+@contextlib.contextmanager
+def _quiet_launcher() -> Iterator[None]:
+    """torch's launcher logs each process it stops and each failure on its own lines; the
+    run's one error line (:func:`describe_failure`) says the same, so they are held back."""
+    elastic = logging.getLogger("torch.distributed.elastic")
+    level = elastic.level
+    elastic.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        elastic.setLevel(level)
+
+
+def log_worker_traceback(exc: BaseException) -> Path | None:
+    """In a worker started by :func:`launch_workers`, append ``exc``'s traceback to
+    ``rank<N>.log`` in the run's log directory and return that file; None elsewhere (or when
+    it cannot be written: the caller then lets the traceback print)."""
+    folder = os.environ.get(WORKER_LOG_ENV)
+    if not folder or not in_worker():
+        return None
+    rank = os.environ.get("RANK", "0")
+    path = Path(folder) / f"rank{rank}.log"
+    header = f"--- rank {rank}, pid {os.getpid()}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+    text = header + "".join(traceback.format_exception(exc))
+    try:
+        with _sigterm_held():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a") as f:
+                f.write(text)
+    except OSError:
+        return None
+    return path
+
+
+@contextlib.contextmanager
+def _sigterm_held() -> Iterator[None]:
+    """The launcher stops the surviving workers with SIGTERM as soon as it sees a failed one;
+    held back for a write, it ends this process right after the write instead of during it."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def cpu_oversubscription(world_size: int, cores: int) -> str | None:
+    """A warning when ``world_size`` processes would share fewer CPU ``cores`` (one thread
+    each, taking turns), else None."""
+    if world_size <= cores:
+        return None
+    return (
+        f"--world-size {world_size} starts {world_size} worker processes on this machine's "
+        f"{cores} CPU core(s): they take turns on the cores, one thread each, so each step is "
+        f"slower than with --world-size {cores} or fewer (several processes on one CPU are "
+        "for testing the distributed path, not for speed; see docs/distributed.md)"
+    )
+
+
 def check_launch(config: Any) -> None:
     """What must hold before any worker starts: enough GPUs on a GPU machine, and a
-    tensor-parallel plan for the model when ``--tp-size`` > 1."""
+    tensor-parallel plan for the model when ``--tp-size`` > 1. More processes than CPU cores
+    on a machine without a GPU is allowed, with a warning."""
     import torch
 
     if torch.cuda.is_available() and config.world_size > torch.cuda.device_count():
@@ -94,6 +189,10 @@ def check_launch(config: Any) -> None:
             "GPU(s), one per process; start the other processes on more machines with torchrun "
             "(see docs/distributed.md)"
         )
+    if not torch.cuda.is_available():
+        warning = cpu_oversubscription(int(config.world_size), os.cpu_count() or 1)
+        if warning is not None:
+            logger.warning("%s", warning)
     if config.tp_size > 1:
         from areno_core.train.distributed.parallelize import check_tp_support
 
@@ -111,24 +210,34 @@ def model_config(ref: str) -> Any:
     return _load_config(ref)
 
 
-def describe_failure(failures: dict[int, Any]) -> str:
+def describe_failure(failures: dict[int, Any], *, log_dir: Path | None = None) -> str:
     """One message for a failed run: the first failure's rank and error (the launcher stops
-    the other processes, which then fail too; they are only counted)."""
+    the other processes, which then fail too; they are only counted), and where the workers'
+    tracebacks are when ``log_dir`` holds any."""
     if not failures:
         return "a worker process failed"
+
     # The launcher stops the other processes with SIGTERM: those are consequences, not causes.
-    ordered = sorted(
-        failures.items(),
-        key=lambda item: (item[1].exitcode == -signal.SIGTERM, item[1].timestamp, item[0]),
-    )
+    # A process killed by another signal (SIGKILL, SIGSEGV) is a cause: the others then fail
+    # in their next collective with an error of their own, perhaps a moment earlier.
+    def order(item: tuple[int, Any]) -> tuple[bool, bool, float, int]:
+        code = item[1].exitcode
+        killed = code is not None and code < 0 and code != -signal.SIGTERM
+        return (code == -signal.SIGTERM, not killed, item[1].timestamp, item[0])
+
+    ordered = sorted(failures.items(), key=order)
     rank, first = ordered[0]
-    text = f"the distributed run stopped: {_one_failure(rank, first)}"
+    found = log_dir.glob("rank*.log") if log_dir is not None and log_dir.is_dir() else []
+    logs = [p for p in found if p.stat().st_size > 0]
+    text = f"the distributed run stopped: {_one_failure(rank, first, logged=bool(logs))}"
     if len(ordered) > 1:
         text += f" ({len(ordered) - 1} other process(es) stopped with it)"
+    if logs:
+        text += f"; the workers' tracebacks are in {log_dir}"
     return text
 
 
-def _one_failure(rank: int, failure: Any) -> str:
+def _one_failure(rank: int, failure: Any, *, logged: bool = False) -> str:
     code = failure.exitcode
     if code is not None and code < 0:
         return f"rank {rank} was killed by signal {failure.signal_name()}"
@@ -137,7 +246,8 @@ def _one_failure(rank: int, failure: Any) -> str:
         message = message.get("message", "")
     message = str(message or "").strip()
     if not message or message.startswith("To enable traceback"):
-        return f"rank {rank} exited with code {code} (its error is printed above)"
+        where = "in its log" if logged else "printed above"
+        return f"rank {rank} exited with code {code} (its error is {where})"
     return f"rank {rank} failed (exit code {code}): {message}"
 
 

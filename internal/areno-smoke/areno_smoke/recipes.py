@@ -36,6 +36,15 @@ ONLINE = {
     "min_lr": 1e-3,
 }
 LOADS = Gate("checkpoint_loadable", description="the last checkpoint loads as a HF model")
+LOGGED_ONLINE = (
+    "rollout/accuracy",
+    "rollout/truncation_rate",
+    "rollout/response_length_mean",
+    "train/clip_fraction",
+    "train/lr",
+    "time/rollout",
+    "time/train",
+)
 
 
 def _finite(*metrics: str) -> tuple[Gate, ...]:
@@ -60,11 +69,18 @@ def _online(algo: str, extra_defaults: dict[str, object], *extra_gates: Gate) ->
             "time/rollout": "seconds spent sampling",
             "time/train": "seconds spent in the update",
         },
+        # CI trains each online algorithm at this size here only (tests/test_e2e_train.py's
+        # run of the same shape is marked slow), so the gates hold what that test checks.
         gates=(
             *_finite("train/policy_loss", "train/grad_norm", "train/ratio_mean"),
             Gate("at_least", "rollout/reward_mean", threshold=0.0, after_step=1),
             Gate("at_most", "rollout/reward_mean", threshold=1.0, after_step=1),
-            Gate("at_least", "train/optimizer_steps", threshold=1.0),
+            *(Gate("metric_exists", m) for m in LOGGED_ONLINE),
+            # 16 samples in minibatches of 4, one each: 4 optimizer steps per trainer step...
+            Gate("at_least", "train/optimizer_steps", threshold=4.0),
+            Gate("at_most", "train/optimizer_steps", threshold=4.0),
+            # ...so the later minibatches see a moved policy and their ratios leave 1.
+            Gate("at_least", "train/ratio_max", threshold=1.0001),
             *extra_gates,
             LOADS,
         ),

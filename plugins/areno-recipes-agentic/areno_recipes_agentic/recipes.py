@@ -339,7 +339,46 @@ DUELGRID_CPU = Recipe(
         "rollout/reward_mean": "about 0: an unreadable reply scores 0",
         "train/loss": "finite",
     },
-    gates=(*HEALTHY, *IN_RANGE),
+    # CI's only DuelGrid run (the smoke matrix runs it with both algorithms): its gates hold
+    # what an end-to-end test would check, so no test trains it a second time.
+    gates=(
+        *HEALTHY,
+        *IN_RANGE,
+        Gate(
+            "at_least",
+            "rollout/samples",
+            threshold=1.0,
+            after_step=1,
+            description="every step samples",
+        ),
+        Gate(
+            "at_least",
+            "rollout/agent_requests",
+            threshold=1.0,
+            after_step=1,
+            description="the agent calls the endpoint",
+        ),
+        Gate(
+            "at_most",
+            "rollout/agent_errors",
+            threshold=0.0,
+            after_step=1,
+            description="no agent fails",
+        ),
+        Gate(
+            "at_least",
+            "rollout/turns_mean",
+            threshold=1.0,
+            description="conversations reach at least one turn",
+        ),
+        Gate(
+            "at_least",
+            "train/target_tokens",
+            threshold=1.0,
+            after_step=1,
+            description="there are tokens to train on",
+        ),
+    ),
     visibility="internal",
     description="Internal smoke test of the multi-turn agentic path with the duelgrid agent.",
 )

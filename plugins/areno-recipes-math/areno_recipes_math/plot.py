@@ -22,6 +22,10 @@ from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
+MISSING_MATPLOTLIB = (
+    "plotting needs matplotlib, which areno-recipes-math installs only with its 'plot' extra: "
+    "pip install 'areno-recipes-math[plot]'"
+)
 REWARD_KEY = "rollout/reward_mean"
 EVAL_KEY = "eval/accuracy"
 
@@ -84,7 +88,10 @@ def plot_runs(
     title: str | None = None,
 ) -> Path:
     """Draw the reward curve of each run (raw, faint; moving average, solid) into ``out``."""
-    import matplotlib
+    try:  # optional: the 'plot' extra
+        import matplotlib
+    except ImportError as exc:
+        raise ImportError(MISSING_MATPLOTLIB) from exc
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -147,6 +154,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval", default=None, help="JSON of held-out accuracy points")
     parser.add_argument("--title", default=None)
     args = parser.parse_args(argv)
+    try:
+        import matplotlib  # noqa: F401  (checked before any file is read)
+    except ImportError:
+        parser.exit(2, f"error: {MISSING_MATPLOTLIB}\n")
     eval_points = json.loads(Path(args.eval).read_text()) if args.eval else None
     written = plot_runs(
         args.runs,

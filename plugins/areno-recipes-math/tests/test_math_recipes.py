@@ -183,3 +183,21 @@ def test_plot_runs_writes_png_and_keeps_last_run(tmp_path) -> None:
         [tmp_path / "run"], tmp_path / "img" / "curve.png", eval_points={"x": [[0, 0.2]]}
     )
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_names_the_extra_to_install(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from areno_recipes_math.plot import main as plot_main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    with pytest.raises(SystemExit) as exc:
+        plot_main([str(tmp_path / "run"), "--out", str(tmp_path / "a.png")])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: plotting needs matplotlib, which areno-recipes-math installs only with its "
+        "'plot' extra: pip install 'areno-recipes-math[plot]'\n"
+    )
+    with pytest.raises(ImportError, match=r"pip install 'areno-recipes-math\[plot\]'"):
+        plot_runs([tmp_path / "run"], tmp_path / "a.png")
+    assert not (tmp_path / "a.png").exists()

@@ -176,7 +176,14 @@ def test_killed_rank_ends_the_run_and_leaves_only_complete_checkpoints(tmp_path,
     code, output = finish(proc, timeout=120)
     assert code != 0
     assert time.monotonic() - killed < 90  # bounded: the launcher stops the survivor
-    assert "rank 1 was killed by signal SIGKILL" in " ".join(output.split())
+    text = " ".join(output.split())
+    assert "rank 1 was killed by signal SIGKILL" in text
+    # The survivor's gloo traceback is kept in the run's log, not printed: one line says
+    # what happened and where the tracebacks are.
+    assert "[rank0]:" not in output and "Traceback" not in output, output[-3000:]
+    assert f"the workers' tracebacks are in {run / 'logs'}" in text
+    survivor = (run / "logs" / "rank0.log").read_text()
+    assert "Traceback (most recent call last)" in survivor
     steps = [p for p in run.iterdir() if p.name.startswith("step_")]
     assert steps and all(not missing_files(p) for p in steps)
     assert find_latest_checkpoint(run) in steps

@@ -85,3 +85,72 @@ def test_failure_by_signal_and_without_an_error_file():
     assert launch.describe_failure(crashed) == (
         "the distributed run stopped: rank 0 exited with code 1 (its error is printed above)"
     )
+
+
+def test_killed_rank_is_named_before_a_rank_that_failed_in_a_collective_after_it():
+    # Rank 0 lost its peer and recorded its gloo error a moment before the launcher saw rank 1.
+    failures = {
+        0: ProcessFailure(local_rank=0, pid=10, exitcode=1, error_file=""),
+        1: ProcessFailure(local_rank=1, pid=11, exitcode=-signal.SIGKILL, error_file=""),
+    }
+    failures[0].timestamp, failures[1].timestamp = 100, 101
+    assert launch.describe_failure(failures) == (
+        "the distributed run stopped: rank 1 was killed by signal SIGKILL "
+        "(1 other process(es) stopped with it)"
+    )
+
+
+def test_worker_traceback_goes_to_its_rank_log_and_the_failure_names_the_folder(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv(launch.WORKER_LOG_ENV, str(tmp_path / "logs"))
+    for name, value in TORCHRUN_ENV.items():  # rank 1 of 2
+        monkeypatch.setenv(name, value)
+    try:
+        raise RuntimeError("Connection reset by peer")
+    except RuntimeError as exc:
+        path = launch.log_worker_traceback(exc)
+    assert path == tmp_path / "logs" / "rank1.log"
+    text = path.read_text()
+    assert text.startswith("--- rank 1, pid ")
+    assert "Traceback (most recent call last)" in text
+    assert text.rstrip().endswith("RuntimeError: Connection reset by peer")
+    crashed = {1: ProcessFailure(local_rank=1, pid=13, exitcode=1, error_file="")}
+    assert launch.describe_failure(crashed, log_dir=tmp_path / "logs") == (
+        "the distributed run stopped: rank 1 exited with code 1 (its error is in its log); "
+        f"the workers' tracebacks are in {tmp_path / 'logs'}"
+    )
+
+
+def test_no_traceback_log_outside_a_launched_worker(tmp_path, monkeypatch, no_launcher):
+    monkeypatch.setenv(launch.WORKER_LOG_ENV, str(tmp_path))
+    assert launch.log_worker_traceback(RuntimeError("x")) is None  # not a worker
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_worker_log_dir_is_in_the_run_directory():
+    assert str(launch.worker_log_dir(build_config({"save_path": "runs/a"}))) == "runs/a/logs"
+    assert str(launch.worker_log_dir(build_config({"metrics_log_dir": "m"}))) == "m/logs"
+    assert str(launch.worker_log_dir(build_config({}))) == "runs/logs"
+
+
+@pytest.mark.parametrize(("world_size", "cores", "warns"), [(2, 2, False), (4, 2, True)])
+def test_more_processes_than_cpu_cores_warns_naming_both(world_size, cores, warns):
+    warning = launch.cpu_oversubscription(world_size, cores)
+    assert (warning is not None) == warns
+    if warns:
+        assert warning.startswith(
+            "--world-size 4 starts 4 worker processes on this machine's 2 CPU core(s)"
+        )
+
+
+def test_check_launch_warns_on_a_cpu_machine_with_fewer_cores(monkeypatch, caplog):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: 2)
+    with caplog.at_level("WARNING", logger="areno"):
+        launch.check_launch(build_config({"world_size": 4, "tp_size": 1}))
+        launch.check_launch(build_config({"world_size": 2, "tp_size": 1}))
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "--world-size 4 starts 4 worker processes" in warnings[0]
