@@ -106,11 +106,16 @@ def test_share_bounds_are_contiguous_balanced_and_cover_every_prompt():
     assert share_bounds(5, 0, 1) == (0, 5)
 
 
-def _runner(placement: RolloutPlacement | None = None) -> RolloutRunner:
+def _runner(placement: RolloutPlacement | None = None, *, forgetful: bool = False) -> RolloutRunner:
     model = TrainableModel.from_ckpt("random:qwen3-tiny", seed=0)
+    engine = (
+        ForgetfulEngine(model.policy, model.tokenizer)
+        if forgetful
+        else NativeEngine(model.policy, model.tokenizer, EngineOptions(attn_backend="native"))
+    )
     return RolloutRunner(
         model,
-        NativeEngine(model.policy, model.tokenizer, EngineOptions(attn_backend="native")),
+        engine,
         sampling=SamplingParams(max_new_tokens=6, temperature=1.0),
         n_samples=3,
         reward_fn=lambda record: float(record.completion.count("1")),
@@ -254,19 +259,6 @@ class ForgetfulEngine(NativeEngine):
         return super().generate(prompts, sampling, n=n)
 
 
-def _forgetful_runner(placement: RolloutPlacement | None = None) -> RolloutRunner:
-    model = TrainableModel.from_ckpt("random:qwen3-tiny", seed=0)
-    return RolloutRunner(
-        model,
-        ForgetfulEngine(model.policy, model.tokenizer),
-        sampling=SamplingParams(max_new_tokens=6, temperature=1.0),
-        n_samples=3,
-        reward_fn=lambda record: float(record.completion.count("1")),
-        batch_size=4,
-        placement=placement,
-    )
-
-
 def test_rollout_after_an_evaluation_released_the_weights_samples_the_policy():
     rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(1, 5)]
     reference = _runner()
@@ -274,7 +266,7 @@ def test_rollout_after_an_evaluation_released_the_weights_samples_the_policy():
     expected_eval = reference.evaluator(rows, max_new_tokens=4)()
     expected, _ = reference(rows, step=0)
 
-    runner = _forgetful_runner()
+    runner = _runner(forgetful=True)
     runner.sync_weights()
     assert (
         runner.evaluator(rows, max_new_tokens=4)()["eval/accuracy"]
@@ -306,7 +298,7 @@ def test_async_worker_keeps_the_published_weights_for_an_engine_that_drops_them(
     reference.sync_weights()
     expected = [reference(rows, step=s)[0] for s in (0, 1)]
 
-    runner = _forgetful_runner()
+    runner = _runner(forgetful=True)
     runner.drop_state = True  # every session releases: the second batch needs a re-push
     runner.placement = RolloutPlacement(runner.model.policy, PublishedWeights(runner.model.policy))
     inbox_read, inbox_write = Pipe(duplex=False)

@@ -52,6 +52,7 @@ from areno_core.log import get_logger
 from areno_core.rollout.base import EngineOptions
 from areno_core.rollout.native import NativeEngine
 from areno_core.types import SamplingParams
+from areno_sglang.client import ADMIN_ROUTES
 
 logger = get_logger(__name__)
 
@@ -72,16 +73,6 @@ SAMPLING_KEYS = frozenset(
 )  # fmt: skip
 """The ``sampling_params`` keys SGLang's ``/generate`` accepts (its API's ``SamplingParams``;
 a test compares this set with the installed sglang's)."""
-ADMIN_ROUTES = frozenset(
-    {
-        "/update_weights_from_disk", "/update_weights_from_tensor",
-        "/update_weights_from_distributed", "/init_weights_update_group",
-        "/destroy_weights_update_group", "/release_memory_occupation",
-        "/resume_memory_occupation", "/flush_cache", "/pause_generation",
-        "/continue_generation",
-    }
-)  # fmt: skip
-"""Routes SGLang marks admin-optional: with ``--admin-api-key`` set, only that key opens them."""
 MEMORY_TAGS = ("weights", "kv_cache", "cuda_graph")
 PAUSE_MODES = ("abort", "retract", "in_place")
 

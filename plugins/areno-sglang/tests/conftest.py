@@ -45,14 +45,38 @@ def protocol_server() -> Iterator[Callable[..., ProtocolServer]]:
         server.stop()
 
 
+def _engines(tmp_path: Path) -> tuple[Callable[..., SGLangEngine], list[SGLangEngine]]:
+    """``build(engine_cls, policy, eos, options, **config)`` and the engines it built."""
+    made: list[SGLangEngine] = []
+
+    def build(
+        engine_cls: type[SGLangEngine],
+        policy: torch.nn.Module,
+        eos: Any,
+        options: EngineOptions | None,
+        **config: Any,
+    ) -> SGLangEngine:
+        config.setdefault("sglang_weights_dir", str(tmp_path / "weights"))
+        engine = engine_cls(
+            policy,
+            list(eos) if isinstance(eos, tuple | list) else eos,
+            options or EngineOptions(attn_backend="native"),
+            SGLangEngineConfig(**config),
+            dp_rank=0,
+            dp_size=1,
+        )
+        made.append(engine)
+        return engine
+
+    return build, made
+
+
 @pytest.fixture
-def sglang_engine(
-    tmp_path: Path,
-) -> Iterator[Callable[..., SGLangEngine]]:
+def sglang_engine(tmp_path: Path) -> Iterator[Callable[..., SGLangEngine]]:
     """``sglang_engine(policy, servers, **config)``: a remote-mode engine over ``servers``
     (protocol servers), ending completions at the conformance EOS (or ``eos``: ids or a
     tokenizer); closed after the test."""
-    made: list[SGLangEngine] = []
+    build, made = _engines(tmp_path)
 
     def make(
         policy: torch.nn.Module,
@@ -62,18 +86,8 @@ def sglang_engine(
         eos: Any = (EOS,),
         **config: Any,
     ) -> SGLangEngine:
-        config.setdefault("sglang_weights_dir", str(tmp_path / "weights"))
-        cfg = SGLangEngineConfig(sglang_url=",".join(s.url for s in servers), **config)
-        engine = SGLangEngine(
-            policy,
-            list(eos) if isinstance(eos, tuple | list) else eos,
-            options or EngineOptions(attn_backend="native"),
-            cfg,
-            dp_rank=0,
-            dp_size=1,
-        )
-        made.append(engine)
-        return engine
+        url = ",".join(s.url for s in servers)
+        return build(SGLangEngine, policy, eos, options, sglang_url=url, **config)
 
     yield make
     for engine in made:
@@ -95,7 +109,7 @@ class InProcessColocated(SGLangEngine):
 def colocated_engine(tmp_path: Path) -> Iterator[Callable[..., SGLangEngine]]:
     """``colocated_engine(policy, server, eos=..., options=...)``: a colocated-mode engine
     (weights from disk) over ``server``; closed after the test."""
-    made: list[SGLangEngine] = []
+    build, made = _engines(tmp_path)
 
     def make(
         policy: torch.nn.Module,
@@ -105,20 +119,9 @@ def colocated_engine(tmp_path: Path) -> Iterator[Callable[..., SGLangEngine]]:
         eos: Any = (EOS,),
         **config: Any,
     ) -> SGLangEngine:
-        config.setdefault("sglang_weights_dir", str(tmp_path / "weights"))
         config.setdefault("sglang_weight_sync", "disk")
-        cfg = SGLangEngineConfig(sglang_mode="colocated", **config)
         engine_cls = type("Colocated", (InProcessColocated,), {"server": server})
-        engine = engine_cls(
-            policy,
-            list(eos) if isinstance(eos, tuple | list) else eos,
-            options or EngineOptions(attn_backend="native"),
-            cfg,
-            dp_rank=0,
-            dp_size=1,
-        )
-        made.append(engine)
-        return engine
+        return build(engine_cls, policy, eos, options, sglang_mode="colocated", **config)
 
     yield make
     for engine in made:

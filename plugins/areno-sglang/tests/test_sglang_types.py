@@ -255,3 +255,21 @@ def test_docs_name_the_sglang_release_the_payloads_are_checked_against():
     text = (ROOT / "docs" / "rollout.md").read_text()
     assert f"release {SGLANG_TESTED}" in text
     assert f"SGLang {SGLANG_TESTED}" in (ROOT / "plugins/areno-sglang/README.md").read_text()
+
+
+def test_admin_routes_are_those_sglang_guards_with_the_admin_key(sglang):
+    import re
+
+    from areno_sglang.client import ADMIN_ROUTES
+
+    source = (SOURCE / "sglang" / "srt" / "entrypoints" / "http_server.py").read_text()
+    decorated = re.findall(
+        r'@app\.(?:get|post|api_route)\(\s*"([^"]+)"[^\n]*\n@auth_level\(AuthLevel\.(\w+)\)',
+        source,
+    )
+    levels = dict(decorated)
+    assert {route: levels.get(route) for route in ADMIN_ROUTES} == dict.fromkeys(
+        ADMIN_ROUTES, "ADMIN_OPTIONAL"
+    )
+    for route in ("/generate", "/model_info", "/server_info", "/health"):
+        assert levels.get(route) is None  # the API key (or none) opens them
