@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 import torch
 
-from areno_core.config import default_of
+from areno_core.config import DTYPE_CHOICES, default_of
 from areno_core.data import apply_loader, load_rows, resolve_loader
 from areno_core.errors import ConfigError
 from areno_core.evaluators import EvaluatorSpec, greedy_metrics, sampled_metrics
@@ -80,7 +80,7 @@ class EvalSettings:
     correct_at: float = 1.0
     engine: str = "native"
     max_running_prompts: int | None = None
-    attn_backend: str = "auto"
+    attn_backend: str = "flash"  # as in training: native where flash-attn cannot run
     device: str = "auto"
     dtype: str = "auto"
     recipe: str | None = None
@@ -165,6 +165,10 @@ def _checked(s: EvalSettings) -> EvalSettings:
         value = getattr(s, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if s.attn_backend not in ("flash", "native"):
+        raise ConfigError(f"--attn-backend must be flash or native, got {s.attn_backend!r}")
+    if s.dtype not in DTYPE_CHOICES:
+        raise ConfigError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, got {s.dtype!r}")
     if s.n_samples and s.temperature <= 0:
         raise ConfigError(f"--temperature must be positive for sampling, got {s.temperature}")
     return attrs.evolve(s, pass_k=pass_k)
@@ -235,6 +239,24 @@ def eval_device(device: str) -> str:
     return device
 
 
+def load_checkpoint_model(path: str, device: str, dtype: str, attn_backend: str) -> Any:
+    """``(model, tokenizer)`` in eval mode, with the dtype and attention training would use."""
+    from areno_core.accel.attention import FLASH, choose_attention
+    from areno_core.accel.precision import resolve_run_dtype
+    from areno_core.models.loading import load_model_and_tokenizer
+
+    torch_dtype = resolve_run_dtype(dtype, device)
+    attention = choose_attention(attn_backend, device, torch_dtype)
+    model, tokenizer = load_model_and_tokenizer(
+        path,
+        dtype=torch_dtype,
+        device=device,
+        attn_implementation=attention if attention == FLASH else None,
+    )
+    model.eval()
+    return model, tokenizer
+
+
 Progress = Callable[[str], None]
 
 
@@ -249,15 +271,12 @@ def evaluate_checkpoint(
     progress: Progress = lambda phase: None,
 ) -> dict[str, float]:
     """Load one checkpoint and score it (see the module docstring); the metrics by name."""
-    from areno_core.accel.precision import resolve_run_dtype
-    from areno_core.models.loading import load_model_and_tokenizer
-
-    device = eval_device(settings.device)
-    dtype = resolve_run_dtype(settings.dtype, device)
     progress("loading")
     started = time.perf_counter()
-    model, tokenizer = load_model_and_tokenizer(ckpt.path, dtype=dtype, device=device)
-    model.eval()
+    device = eval_device(settings.device)
+    model, tokenizer = load_checkpoint_model(
+        ckpt.path, device, settings.dtype, settings.attn_backend
+    )
     spec = registry.engine(settings.engine)
     options = EngineOptions(
         max_running=settings.max_running_prompts,

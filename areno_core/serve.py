@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from areno_core.config import DTYPE_CHOICES
 from areno_core.errors import ConfigError
 from areno_core.recipe import resolve_resource
 from areno_core.registry import Registry
@@ -46,7 +47,7 @@ class ServeSettings:
     disable_thinking: bool = False
     engine: str = "native"
     max_running_prompts: int | None = None
-    attn_backend: str = "auto"
+    attn_backend: str = "flash"  # as in training: native where flash-attn cannot run
     timeout_s: float = 300.0
     device: str = "auto"
     dtype: str = "auto"
@@ -81,6 +82,10 @@ def check_settings(s: ServeSettings, registry: Registry) -> None:
         raise ConfigError(f"--timeout-s must be positive, got {s.timeout_s}")
     if s.api_key is not None and not s.api_key.strip():
         raise ConfigError("--api-key is empty; leave it out for a random key")
+    if s.attn_backend not in ("flash", "native"):
+        raise ConfigError(f"--attn-backend must be flash or native, got {s.attn_backend!r}")
+    if s.dtype not in DTYPE_CHOICES:
+        raise ConfigError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, got {s.dtype!r}")
     registry.engine(s.engine)
     if s.port:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -99,17 +104,13 @@ def start_server(s: ServeSettings, registry: Registry) -> Any:
     :class:`AgentServer`; stop it with ``.stop()``)."""
     import torch
 
-    from areno_core.accel.precision import resolve_run_dtype
     from areno_core.agentic.server import AgentServer
-    from areno_core.checkpoint_eval import eval_device
-    from areno_core.models.loading import load_model_and_tokenizer
+    from areno_core.checkpoint_eval import eval_device, load_checkpoint_model
 
     check_settings(s, registry)
     path = resolve_serve_ckpt(s.ckpt)
     device = eval_device(s.device)
-    model, tokenizer = load_model_and_tokenizer(
-        path, dtype=resolve_run_dtype(s.dtype, device), device=device
-    )
+    model, tokenizer = load_checkpoint_model(path, device, s.dtype, s.attn_backend)
     model.eval()
     torch.set_grad_enabled(False)  # the server only decodes
     spec = registry.engine(s.engine)

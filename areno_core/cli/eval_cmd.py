@@ -69,6 +69,9 @@ def _pass_k(value: str | None) -> tuple[int, ...] | None:
 @click.option("--disable-thinking", is_flag=True, default=None, help="Chat template flag.")
 @click.option("--rollout-engine", "engine", default=None, help="Registered rollout engine.")
 @click.option("--max-running-prompts", type=int, default=None, help="Sequences decoded at once.")
+@click.option(
+    "--attn-backend", type=click.Choice(["flash", "native"]), default=None, help="As in training."
+)
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto).")
 @click.option("--dtype", default=None, help="auto, float32, bfloat16 or float16.")
 @click.option("--output", default=None, help="JSON report (default: runs/eval-<time>.json).")

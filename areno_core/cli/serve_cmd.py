@@ -39,6 +39,9 @@ Without --api-key a random key is made and printed. Ctrl-C stops it.
 @click.option("--rollout-engine", "engine", default="native", show_default=True)
 @click.option("--max-running-prompts", type=int, default=None, help="Sequences decoded at once.")
 @click.option("--timeout-s", type=float, default=300.0, show_default=True, help="Per request.")
+@click.option(
+    "--attn-backend", type=click.Choice(["flash", "native"]), default="flash", show_default=True
+)
 @click.option("--device", default="auto", show_default=True)
 @click.option("--dtype", default="auto", show_default=True)
 @click.option("--seed", type=int, default=None, help="Seeds requests that give no seed.")
