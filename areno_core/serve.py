@@ -47,7 +47,7 @@ class ServeSettings:
     disable_thinking: bool = False
     engine: str = "native"
     max_running_prompts: int | None = None
-    attn_backend: str = "flash"  # as in training: native where flash-attn cannot run
+    attn_backend: str | None = None  # flash on a GPU, native elsewhere
     timeout_s: float = 300.0
     device: str = "auto"
     dtype: str = "auto"
@@ -82,7 +82,7 @@ def check_settings(s: ServeSettings, registry: Registry) -> None:
         raise ConfigError(f"--timeout-s must be positive, got {s.timeout_s}")
     if s.api_key is not None and not s.api_key.strip():
         raise ConfigError("--api-key is empty; leave it out for a random key")
-    if s.attn_backend not in ("flash", "native"):
+    if s.attn_backend not in (None, "flash", "native"):
         raise ConfigError(f"--attn-backend must be flash or native, got {s.attn_backend!r}")
     if s.dtype not in DTYPE_CHOICES:
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, got {s.dtype!r}")
@@ -102,7 +102,6 @@ def check_settings(s: ServeSettings, registry: Registry) -> None:
 def start_server(s: ServeSettings, registry: Registry) -> Any:
     """Load the checkpoint, build its rollout engine and start the endpoint (an
     :class:`AgentServer`; stop it with ``.stop()``)."""
-    import torch
 
     from areno_core.agentic.server import AgentServer
     from areno_core.checkpoint_eval import eval_device, load_checkpoint_model
@@ -110,14 +109,14 @@ def start_server(s: ServeSettings, registry: Registry) -> Any:
     check_settings(s, registry)
     path = resolve_serve_ckpt(s.ckpt)
     device = eval_device(s.device)
-    model, tokenizer = load_checkpoint_model(path, device, s.dtype, s.attn_backend)
+    attention = s.attn_backend or ("flash" if device.startswith("cuda") else "native")
+    model, tokenizer = load_checkpoint_model(path, device, s.dtype, attention)
     model.eval()
-    torch.set_grad_enabled(False)  # the server only decodes
     spec = registry.engine(s.engine)
     options = EngineOptions(
         max_running=s.max_running_prompts,
         max_prompt_tokens=s.max_prompt_tokens,
-        attn_backend=s.attn_backend,
+        attn_backend=attention,
     )
     engine = spec.create(model, tokenizer, options, spec.make_config({}))
     engine.start_session()

@@ -40,7 +40,10 @@ Without --api-key a random key is made and printed. Ctrl-C stops it.
 @click.option("--max-running-prompts", type=int, default=None, help="Sequences decoded at once.")
 @click.option("--timeout-s", type=float, default=300.0, show_default=True, help="Per request.")
 @click.option(
-    "--attn-backend", type=click.Choice(["flash", "native"]), default="flash", show_default=True
+    "--attn-backend",
+    type=click.Choice(["flash", "native"]),
+    default=None,
+    help="Default: flash on a GPU, native elsewhere.",
 )
 @click.option("--device", default="auto", show_default=True)
 @click.option("--dtype", default="auto", show_default=True)
