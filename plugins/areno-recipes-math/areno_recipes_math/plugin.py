@@ -1,4 +1,4 @@
-"""Entry point of the math pack: registers its loaders, rewards and recipes."""
+"""Entry point of the math pack: registers its loaders, rewards, recipes and evaluators."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from areno_recipes_math.loaders import (
     gsm8k_loader,
     numina_loader,
 )
+from areno_recipes_math.evaluate import EVALUATORS
 from areno_recipes_math.recipes import RECIPES
 from areno_recipes_math.reward import exact_match_reward_fn, math_verify_reward_fn
 
@@ -31,3 +32,9 @@ def register_rewards(register):  # type: ignore[no-untyped-def]
 def register_recipes(register):  # type: ignore[no-untyped-def]
     for recipe in RECIPES:
         register(recipe)
+
+
+@hookimpl
+def register_evaluators(register):  # type: ignore[no-untyped-def]
+    for evaluator in EVALUATORS:
+        register(evaluator)
