@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from areno_core import hookimpl
+from areno_recipes_math.evaluate import EVALUATORS
 from areno_recipes_math.loaders import (
     arith_loader,
     arith_sft_loader,
     gsm8k_loader,
     numina_loader,
 )
-from areno_recipes_math.evaluate import EVALUATORS
 from areno_recipes_math.recipes import RECIPES
 from areno_recipes_math.reward import exact_match_reward_fn, math_verify_reward_fn
 
