@@ -199,12 +199,20 @@ def find_checkpoints(refs: Sequence[str]) -> list[CheckpointRef]:
                     "adapter_config.json) and no step_N checkpoints"
                 )
             found += [CheckpointRef(str(p), str(p), step) for step, p in steps]
-        elif path.exists() or ref.startswith((".", "/", "~")) or os.sep + os.sep in ref:
+        elif path.exists() or looks_local(ref):
             raise ConfigError(f"--ckpt {ref!r}: no such checkpoint directory")
         else:
             found.append(CheckpointRef(ref, ref))
     unique = {os.path.realpath(c.path) if Path(c.path).exists() else c.path: c for c in found}
     return list(unique.values())
+
+
+def looks_local(ref: str) -> bool:
+    """Whether ``ref`` means a local path rather than a hub id (``org/name``): it starts with
+    ``.``, ``/`` or ``~``, has more than one ``/``, or its first part is a local directory."""
+    if ref.startswith((".", "/", "~")) or ref.count("/") > 1:
+        return True
+    return "/" in ref and Path(ref.split("/", 1)[0]).is_dir()
 
 
 def _step_of(path: Path) -> int | None:

@@ -177,6 +177,17 @@ def test_bad_input_is_a_clear_error_before_any_model_loads(args, message, tmp_pa
     assert not out.exists()
 
 
+def test_missing_local_paths_are_refused_and_hub_ids_are_not(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    for ref in ("runs/demo", "runs/demo/step_5", "./demo", str(tmp_path / "x")):
+        with pytest.raises(ConfigError, match=f"--ckpt '{ref}': no such checkpoint directory"):
+            find_checkpoints([ref])
+    assert [c.path for c in find_checkpoints(["Qwen/Qwen3-0.6B", "gpt2"])] == [
+        "Qwen/Qwen3-0.6B", "gpt2"
+    ]  # fmt: skip
+
+
 def test_directory_without_a_model_or_steps_is_refused(tmp_path) -> None:
     with pytest.raises(ConfigError, match="no model .* and no step_N checkpoints"):
         find_checkpoints([str(tmp_path)])
