@@ -24,3 +24,11 @@ def register_backends(register: Callable[[Any], None]) -> None:
     # stays on the local backend unless --backend distributed is given.
     register(LOCAL_BACKEND)
     register(DISTRIBUTED_BACKEND)
+
+
+@hookimpl
+def register_metric_sinks(register: Callable[[Any], None]) -> None:
+    from areno_core.train.sinks import JSONL_SINK, TENSORBOARD_SINK
+
+    register(JSONL_SINK)
+    register(TENSORBOARD_SINK)

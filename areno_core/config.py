@@ -333,6 +333,16 @@ class LoraConfig:
     )
 
 
+def _report_to(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    names = [n.strip() for n in str(value).split(",")]
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", n)]
+    if bad:
+        raise ConfigError(
+            f"--report-to {value!r}: expected comma-separated sink names such as "
+            f"'tensorboard,wandb' (or 'none'); {bad[0]!r} is not one"
+        )
+
+
 @attrs.define(kw_only=True)
 class CheckpointConfig:
     """Produced artifacts."""
@@ -353,6 +363,13 @@ class ObservabilityConfig:
         None,
         "TensorBoard log directory for rollout/*, train/* and time/* metrics.",
         default_text="<save-path or run dir>/tensorboard",
+    )
+    report_to: str = option(
+        "tensorboard",
+        "Where metrics go besides metrics.jsonl (always written): comma-separated metric "
+        "sinks, e.g. tensorboard,wandb; none for metrics.jsonl only. W&B, MLflow and trackio "
+        "come with the areno-trackers package.",
+        validator=_report_to,
     )
 
 

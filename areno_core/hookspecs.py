@@ -49,3 +49,13 @@ def register_rollout_engines(register: Callable[[Any], None]) -> None:
 @hookspec
 def register_backends(register: Callable[[Any], None]) -> None:
     """Register training backends: ``register(spec: BackendSpec)``."""
+
+
+@hookspec
+def register_metric_sinks(register: Callable[[Any], None]) -> None:
+    """Register metric sinks for ``--report-to``: ``register(spec: SinkSpec)``."""
+
+
+@hookspec
+def register_evaluators(register: Callable[[Any], None]) -> None:
+    """Register how ``areno eval`` scores a recipe: ``register(spec: EvaluatorSpec)``."""

@@ -17,12 +17,14 @@ import attrs
 
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.errors import ConfigError, PluginError, did_you_mean
+from areno_core.evaluators import EvaluatorSpec
 from areno_core.log import get_logger
 from areno_core.options import OptionTable, check_config_class
 from areno_core.plugins import ArenoPluginManager, PluginFailure, PluginInfo, get_plugin_manager
 from areno_core.recipe import Recipe
 from areno_core.rollout.base import EngineSpec
 from areno_core.train.contract import BackendSpec
+from areno_core.train.sinks import SinkSpec
 
 logger = get_logger(__name__)
 T = TypeVar("T")
@@ -36,6 +38,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "recipes": ("register_recipes", "recipe"),
     "rollout_engines": ("register_rollout_engines", "rollout engine"),
     "backends": ("register_backends", "training backend"),
+    "metric_sinks": ("register_metric_sinks", "metric sink"),
+    "evaluators": ("register_evaluators", "evaluator"),
 }
 # Kinds registered as spec objects (name, summary, config_cls, ...), by their spec class.
 _SPEC_KINDS: dict[str, type] = {
@@ -43,6 +47,8 @@ _SPEC_KINDS: dict[str, type] = {
     "recipes": Recipe,
     "rollout_engines": EngineSpec,
     "backends": BackendSpec,
+    "metric_sinks": SinkSpec,
+    "evaluators": EvaluatorSpec,
 }
 
 
@@ -184,6 +190,14 @@ class Registry:
 
     def backend(self, name: str) -> BackendSpec:
         return self.get("backends", name)
+
+    def sink(self, name: str) -> SinkSpec:
+        return self.get("metric_sinks", name)
+
+    def evaluator(self, name: str) -> EvaluatorSpec | None:
+        """The evaluator registered for recipe ``name``, or None."""
+        entry = self.entries["evaluators"].get(name)
+        return entry.obj if entry is not None else None
 
     @functools.cached_property
     def options(self) -> OptionTable:

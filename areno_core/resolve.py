@@ -188,7 +188,7 @@ RESUME_MAY_CHANGE = frozenset(
         "eval_dataset_path", "eval_interval", "eval_limit", "world_size", "tp_size", "backend",
         "max_running_prompts", "attn_backend", "eager_decode", "drop_rollout_state",
         "agent_timeout_s", "activation_checkpointing", "tune_params", "mem_frac",
-        "tune_max_samples", "rollout_threads", "save_merged",
+        "tune_max_samples", "rollout_threads", "save_merged", "report_to",
     }
 )  # fmt: skip
 

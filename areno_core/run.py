@@ -51,6 +51,7 @@ from areno_core.train.datastream import DataStream
 from areno_core.train.metrics import MetricsLogger
 from areno_core.train.optim import check_adam_8bit_available
 from areno_core.train.progress import TrainProgress, print_summary
+from areno_core.train.sinks import RunInfo, SinkSpec, check_sinks, open_sinks, parse_report_to
 from areno_core.types import SamplingParams
 
 logger = get_logger(__name__)
@@ -71,6 +72,7 @@ class RunPlan:
     output_dir: Path
     metrics_dir: Path
     eval_rows: list[dict[str, Any]] | None = None
+    sinks: list[SinkSpec] = attrs.Factory(list)
 
 
 def _loaded_rows(path: str, cfg: RunConfig, registry: Registry) -> list[dict]:
@@ -153,6 +155,8 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
             reward_fn = resolve_reward_fn(cfg.reward_fn_path, registry)
     if cfg.adam_8bit:
         check_adam_8bit_available()
+    # A tracker that is not installed or not logged in stops the run here, not at step 100.
+    sinks = check_sinks(parse_report_to(cfg.report_to), registry.sink)
     for flag, folder in (
         ("--save-path", cfg.save_path),
         ("--metrics-log-dir", cfg.metrics_log_dir),
@@ -195,6 +199,7 @@ def plan_run(resolved: ResolvedRun, registry: Registry) -> RunPlan:
         output_dir,
         metrics_dir,
         eval_rows,
+        sinks,
     )
 
 
@@ -393,8 +398,12 @@ def run_training(
     max_steps = min(stream.total_steps, cfg.max_steps or stream.total_steps)
     # A resumed run drops what the old one logged after its checkpoint; a fresh run starts the
     # metrics directory over (purge from step 1), so re-runs never interleave two histories.
-    metrics = MetricsLogger(plan.metrics_dir if main else None, purge_step=model.step + 1)
     config_dict = resolved.to_dict()
+    # Only the main process reports: the other processes of a distributed run open no sink.
+    run_info = RunInfo(
+        plan.output_dir.name, plan.output_dir, plan.metrics_dir, config_dict, model.step + 1
+    )
+    metrics = MetricsLogger(None, sinks=open_sinks(plan.sinks, run_info) if main else [])
 
     def save(step: int) -> str:
         trainer_state = {"data": stream.state_dict()}
@@ -449,6 +458,7 @@ def run_training(
                 stop_requested=_stop_check(backend, interrupt),
                 memory=PhaseMemory(MemoryMeter(backend.device)),
             )
+        metrics.finish(result.checkpoint_path)
     finally:
         metrics.close()
     if main:

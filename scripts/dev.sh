@@ -9,8 +9,10 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+# areno-trackers comes with all three of its trackers (W&B, MLflow's slim client, trackio), so
+# the tests exercise each sink offline: about 140 MB installed, 75 s to install on a 2-core box.
 PLUGINS=(plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic
-  plugins/areno-sglang)
+  plugins/areno-sglang "plugins/areno-trackers[all]")
 # Installed without their dependencies: areno-sglang depends on sglang (a CUDA build of torch and
 # several GB) for its colocated mode; its tests run on CPU without it, and areno-core already
 # brings everything else it needs (see plugins/areno-sglang/README.md).

@@ -151,6 +151,7 @@ class AgentServer:
         body_timeout_s: float = 30.0,
         max_connections: int = 1024,
         render_threads: int = 2,
+        port: int = 0,
     ) -> None:
         if timeout_s <= 0 or body_timeout_s <= 0:
             raise ValueError(f"timeouts must be positive, got {timeout_s}, {body_timeout_s}")
@@ -195,6 +196,7 @@ class AgentServer:
         self._uvicorn: Any = None
         self._socket: socket.socket | None = None
         self._port: int | None = None
+        self._bind_port = int(port)  # 0: a free port chosen by the system
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -222,7 +224,7 @@ class AgentServer:
         self._stopping = False
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", self._bind_port))
         sock.listen(128)
         self._socket, self._port = sock, int(sock.getsockname()[1])
         config = uvicorn.Config(

@@ -50,10 +50,14 @@ def cli(verbose: int) -> None:
 
 
 def _register_commands() -> None:
+    from areno_core.cli.eval_cmd import eval_command
     from areno_core.cli.plugins_cmd import plugins
+    from areno_core.cli.serve_cmd import serve
     from areno_core.cli.train import train
 
     cli.add_command(train)
+    cli.add_command(eval_command)
+    cli.add_command(serve)
     cli.add_command(plugins)
 
 

@@ -19,10 +19,9 @@ Every key is namespaced: ``train/*`` (optimisation), ``rollout/*`` (generation a
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,21 +29,24 @@ from typing import Any
 import torch
 
 from areno_core.log import get_logger
+from areno_core.train.sinks import JSONL_FILE, JsonlSink, MetricSink, RunInfo, TensorBoardSink
 
 logger = get_logger(__name__)
 
 NAMESPACES: tuple[str, ...] = ("train", "rollout", "time", "eval", "memory")
-JSONL_FILE = "metrics.jsonl"
+__all__ = ["JSONL_FILE", "MetricsLogger", "Timer", "read_jsonl", "read_scalars"]
 
 
 class MetricsLogger:
-    """Write scalar metrics to TensorBoard and ``metrics.jsonl`` in ``log_dir``.
+    """Write scalar metrics to the run's metric sinks (:mod:`areno_core.train.sinks`).
 
-    With ``log_dir=None`` nothing is written and only :attr:`history` is kept. Event files are
-    flushed every ``flush_secs`` seconds and on :meth:`close`; each jsonl line is flushed as
-    it is written. When resuming, pass ``purge_step`` (the first step the new run will log):
+    With ``log_dir=None`` and no ``sinks`` nothing is written and only :attr:`history` is
+    kept. Given a ``log_dir`` alone, the sinks are TensorBoard and ``metrics.jsonl`` there
+    (event files flushed every ``flush_secs`` seconds and on :meth:`close`; each jsonl line as
+    it is written). When resuming, pass ``purge_step`` (the first step the new run will log):
     TensorBoard then hides the old run's points from that step on, and the jsonl file drops
-    its lines from that step on, so re-run steps are not recorded twice.
+    its lines from that step on, so re-run steps are not recorded twice. ``sinks`` (already
+    opened, e.g. by ``--report-to``) replace those defaults.
     """
 
     def __init__(
@@ -53,32 +55,24 @@ class MetricsLogger:
         *,
         flush_secs: float = 10.0,
         purge_step: int | None = None,
+        sinks: Sequence[MetricSink] | None = None,
     ) -> None:
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.history: list[dict[str, float | int]] = []
-        self._writer: Any = None
-        self._jsonl: Any = None
-        if self.log_dir is None:
-            return
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        jsonl_path = self.log_dir / JSONL_FILE
-        if purge_step is not None and jsonl_path.is_file():
-            _truncate_jsonl(jsonl_path, purge_step)
-        self._writer = SummaryWriter(
-            log_dir=str(self.log_dir), flush_secs=max(1, round(flush_secs)), purge_step=purge_step
-        )
-        self._jsonl = open(jsonl_path, "a")  # noqa: SIM115 - kept open until close()
+        if sinks is None and self.log_dir is not None:
+            run = RunInfo(self.log_dir.name, self.log_dir, self.log_dir, purge_step=purge_step)
+            sinks = [TensorBoardSink(run, flush_secs=flush_secs), JsonlSink(run)]
+        self.sinks: list[MetricSink] = list(sinks or ())
 
     def log(self, metrics: Mapping[str, float | int | torch.Tensor], step: int) -> None:
-        """Record ``metrics`` at ``step``: one jsonl line and one TensorBoard scalar per key.
+        """Record ``metrics`` at ``step`` in every sink (one jsonl line, one TensorBoard
+        scalar per key, ...).
 
         Keys must start with one of ``train/``, ``rollout/``, ``time/``, ``eval/``,
         ``memory/``. Values may
         be numbers or one-element tensors; non-finite values are recorded as they are.
         """
-        row: dict[str, float | int] = {"step": int(step)}
+        row: dict[str, float | int] = {}
         for key, value in metrics.items():
             namespace, sep, name = key.partition("/")
             if not sep or not name or namespace not in NAMESPACES:
@@ -87,27 +81,26 @@ class MetricsLogger:
                     + ", ".join(f"{n}/" for n in NAMESPACES)
                 )
             row[key] = _to_number(key, value)
-        self.history.append(row)
-        if self._writer is None:
-            return
-        for key, value in row.items():
-            if key != "step":
-                self._writer.add_scalar(key, value, global_step=step)
-        self._jsonl.write(json.dumps(row) + "\n")
-        self._jsonl.flush()
+        self.history.append({"step": int(step), **row})
+        for sink in self.sinks:
+            sink.log(row, int(step))
+
+    def finish(self, checkpoint_path: str | None) -> None:
+        """Tell every sink the run ended normally, with its last checkpoint."""
+        for sink in self.sinks:
+            sink.finish(checkpoint_path)
 
     def flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
-            self._jsonl.flush()
+        for sink in self.sinks:
+            flush = getattr(sink, "flush", None)
+            if flush is not None:
+                flush()
 
     def close(self) -> None:
-        """Flush and close the files; safe to call twice."""
-        if self._writer is not None:
-            self._writer.close()
-            self._jsonl.close()
-            self._writer = None
-            self._jsonl = None
+        """Close every sink; safe to call twice."""
+        sinks, self.sinks = self.sinks, []
+        for sink in sinks:
+            sink.close()
 
     def __enter__(self) -> MetricsLogger:
         return self
@@ -129,19 +122,6 @@ def _to_number(key: str, value: Any) -> float | int:
         return float(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"metric {key!r} is not a number: {value!r}") from exc
-
-
-def _truncate_jsonl(path: Path, purge_step: int) -> None:
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            if json.loads(line).get("step", math.inf) < purge_step:
-                kept.append(line)
-        except ValueError:
-            continue
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in kept))
-    os.replace(tmp, path)
 
 
 def read_jsonl(log_dir: str | os.PathLike[str]) -> list[dict[str, float | int]]:

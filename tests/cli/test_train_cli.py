@@ -133,6 +133,7 @@ def test_plugins_json_lists_plugin_and_registrations(capsys, toy_registry):
     assert by_dist["areno-core"]["registered"] == {
         "rollout_engines": ["native"],
         "backends": ["distributed", "local"],
+        "metric_sinks": ["jsonl", "tensorboard"],
     }
     assert by_dist["areno-core"]["options"] == {
         "rollout engine native": ["prefill_batch_tokens", "lean_forward", "shared_prompt_cache"],

@@ -1,9 +1,18 @@
-"""Held-out accuracy of a checkpoint: greedy decoding with a rollout engine, then a reward.
+"""How the math recipes are scored, and a per-sample view of a checkpoint's answers.
 
-    python -m areno_recipes_math.evaluate --ckpt runs/arith-gspo \\
-        --dataset resource:areno_recipes_math/data/arith_eval.jsonl
+The pack's evaluators (:data:`EVALUATORS`, registered through ``register_evaluators``) tell
+``areno eval`` how each recipe is scored: ``math/arith`` by exact match on its 500 held-out
+problems, ``math/gsm8k`` by math-verify on GSM8K's test split. So
 
-prints ``accuracy 0.xxx (correct/total)``; a run's ``--save-path`` stands for its newest
+    areno eval --recipe math/arith --ckpt runs/arith-gspo/step_500
+
+gives the held-out accuracy that training logged as ``eval/accuracy`` for that step (plus
+pass@k with ``--n-samples``). This module's command shows the answers themselves and writes
+accuracy curves for :mod:`areno_recipes_math.plot`:
+
+    python -m areno_recipes_math.evaluate --ckpt runs/arith-gspo --show 10
+
+It prints ``accuracy 0.xxx (correct/total)``; a run's ``--save-path`` stands for its newest
 checkpoint. With ``--all-steps`` the checkpoint is a run's
 ``--save-path``: its starting checkpoint (step 0, from the run's ``config.yaml``) and every saved
 ``step_N`` are evaluated, and ``--curve-out FILE.json`` writes the points for
@@ -27,8 +36,28 @@ from typing import Any
 
 import attrs
 
+from areno_core.evaluators import EvaluatorSpec
+from areno_recipes_math.recipes import ARITH_EVAL
+
 DEFAULT_LOADER = "arith"
 DEFAULT_REWARD = "exact_match"
+
+# What `areno eval --recipe NAME` scores; unset fields come from the recipe (its loader,
+# reward and max_new_tokens), so the numbers are those training logs as eval/accuracy.
+EVALUATORS = (
+    EvaluatorSpec(
+        "math/arith",
+        "greedy exact match on the 500 held-out problems (training's eval/accuracy)",
+        dataset=ARITH_EVAL,
+        reward="exact_match",
+    ),
+    EvaluatorSpec(
+        "math/gsm8k",
+        "math-verify on GSM8K's test split (\\boxed{} answer against the #### value)",
+        dataset="gsm8k:main:test",
+        reward="math_verify",
+    ),
+)
 
 
 @attrs.frozen

@@ -1,8 +1,9 @@
-"""Entry point of the math pack: registers its loaders, rewards and recipes."""
+"""Entry point of the math pack: registers its loaders, rewards, recipes and evaluators."""
 
 from __future__ import annotations
 
 from areno_core import hookimpl
+from areno_recipes_math.evaluate import EVALUATORS
 from areno_recipes_math.loaders import (
     arith_loader,
     arith_sft_loader,
@@ -31,3 +32,9 @@ def register_rewards(register):  # type: ignore[no-untyped-def]
 def register_recipes(register):  # type: ignore[no-untyped-def]
     for recipe in RECIPES:
         register(recipe)
+
+
+@hookimpl
+def register_evaluators(register):  # type: ignore[no-untyped-def]
+    for evaluator in EVALUATORS:
+        register(evaluator)

@@ -1,7 +1,7 @@
 """The math pack's recipes: ``math/arith`` (CPU, minutes) and ``math/gsm8k`` (one GPU).
 
     areno train --algo gspo --recipe math/arith --save-path runs/arith-gspo
-    python -m areno_recipes_math.evaluate --ckpt runs/arith-gspo   # held-out accuracy
+    areno eval --recipe math/arith --ckpt runs/arith-gspo        # held-out accuracy
 
     areno train --algo gspo --recipe math/gsm8k --save-path runs/gsm8k-gspo
 
@@ -133,8 +133,8 @@ ARITH = Recipe(
         "It starts from the shipped SFT warm start (see math/arith-sft), which solves 24.0% of "
         "the 500 held-out problems greedily; 500 steps (measured 2.5-3.5 min on 2 busy CPU "
         "cores) bring that to 47.4% with gspo and 49.0% with grpo. The run logs it as "
-        "eval/accuracy every 100 steps; `python -m areno_recipes_math.evaluate --ckpt "
-        "<save-path>` measures any checkpoint."
+        "eval/accuracy every 100 steps; `areno eval --recipe math/arith --ckpt "
+        "<save-path>/step_N` measures any checkpoint the same way."
     ),
 )
 

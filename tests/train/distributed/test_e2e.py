@@ -243,3 +243,55 @@ def test_two_torchrun_nodes_on_localhost_train_like_one_process(tmp_path, files)
         atol=1e-5,
         rtol=0,
     )
+
+
+RECORDING_SINK = """
+import json, os
+from areno_core import hookimpl
+from areno_core.train.sinks import SinkSpec
+
+
+class RecordingSink:
+    def __init__(self, run):
+        self.write("start")
+
+    def write(self, event, **data):
+        with open(os.environ["RECORD_SINK_FILE"], "a") as f:
+            f.write(json.dumps({"event": event, "rank": os.environ.get("RANK"), **data}) + "\\n")
+
+    def log(self, metrics, step):
+        self.write("log", step=step)
+
+    def finish(self, checkpoint_path):
+        self.write("finish", checkpoint=checkpoint_path)
+
+    def close(self):
+        self.write("close")
+
+
+@hookimpl
+def register_metric_sinks(register):
+    register(SinkSpec("recording", "records every call", RecordingSink))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_only_rank_zero_reports_to_metric_sinks(tmp_path, files):
+    from areno_core.testing import write_distribution
+
+    site = tmp_path / "site"
+    site.mkdir()
+    write_distribution(site, "recording-pack", "recording_pack", RECORDING_SINK)
+    record, run = tmp_path / "record.jsonl", tmp_path / "run"
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+        "RECORD_SINK_FILE": str(record),
+    }
+    args = sft_args(files, run, "--world-size", "2", "--max-steps", "2", "--report-to", "recording")
+    code, output = finish(areno_process(args, env=env), timeout=240)
+    assert code == 0, output
+    events = [json.loads(line) for line in record.read_text().splitlines()]
+    assert {e["rank"] for e in events} == {"0"}  # rank 1 trained too, and reported nothing
+    assert [e["event"] for e in events] == ["start", "log", "log", "finish", "close"]
+    assert [e["step"] for e in events if e["event"] == "log"] == [1, 2]
+    assert events[3]["checkpoint"] == str(run / "step_2")
