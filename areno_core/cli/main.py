@@ -50,11 +50,13 @@ def cli(verbose: int) -> None:
 
 
 def _register_commands() -> None:
+    from areno_core.cli.plan import plan
     from areno_core.cli.plugins_cmd import plugins
     from areno_core.cli.train import train
 
     cli.add_command(train)
     cli.add_command(plugins)
+    cli.add_command(plan)
 
 
 _register_commands()
