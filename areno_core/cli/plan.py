@@ -230,8 +230,10 @@ def _print(result: Plan, report: dict[str, Any], algo: str) -> None:
             highlight=False,
         )
     if "rollout_phase_gib" in report:
+        rollout = report["rollout_phase_gib"]
+        verdict = "fits" if rollout <= budget else "does NOT fit; lower --max-running-prompts"
         console.print(
-            f"rollout phase (weights, optimizer state, replica, KV cache): "
-            f"{report['rollout_phase_gib']:,.2f} GiB",
+            f"rollout phase (resident state, KV cache and any replica): {rollout:,.2f} GiB, "
+            f"{verdict} within {budget:,.1f} GiB",
             highlight=False,
         )

@@ -1,6 +1,6 @@
 """A torchrun worker for the planner's FSDP2 check (not a test file).
 
-    torchrun --standalone --nproc-per-node 2 fsdp_worker.py --out result.json
+    torchrun --standalone --nproc-per-node 2 plan_worker.py --out result.json
 
 Shards ``random:qwen3-small`` over 2 processes with the distributed backend, takes one GRPO
 step (so the AdamW state exists), then runs one more forward and backward pass of a
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train" / "distributed"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from equality_worker import groups
 
