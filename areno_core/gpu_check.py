@@ -347,10 +347,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--steps", type=int, default=3, help="trainer steps per run (default 3)")
     parser.add_argument("--step-timeout-s", type=float, default=240.0, help="limit per step")
+    parser.add_argument(
+        "--budget-s", type=float, default=570.0, help="limit for all steps (default 570)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the steps and exit")
     parser.add_argument("--allow-cpu", action="store_true", help=argparse.SUPPRESS)  # tests
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.step_timeout_s <= 0:
+    if args.steps < 1 or args.step_timeout_s <= 0 or args.budget_s <= 0:
         parser.error(
             f"--steps {args.steps} / --step-timeout-s {args.step_timeout_s}: expected "
             "positive values"
@@ -373,17 +376,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return NO_CUDA_EXIT
-    ctx = Context(args.out, args.ckpt, args.steps, sys.executable, args.step_timeout_s)
-    write_inputs(ctx)
+    write_inputs(Context(args.out, args.ckpt, args.steps, sys.executable, args.step_timeout_s))
+    deadline = time.monotonic() + args.budget_s
     results = []
     for step, skip in planned:
+        left = deadline - time.monotonic()
+        if skip is None and left < 10:
+            skip = f"the --budget-s of {args.budget_s:g} s was spent"
         if skip is not None:
             results.append(StepResult(step.name, "skipped", reason=skip))
             continue
+        limit = min(args.step_timeout_s, left)
+        ctx = Context(args.out, args.ckpt, args.steps, sys.executable, limit)
         try:
             result = step.run(ctx)
         except subprocess.TimeoutExpired:
-            result = StepResult(step.name, "failed", args.step_timeout_s, "timed out")
+            result = StepResult(step.name, "failed", limit, f"timed out after {limit:.0f} s")
         except Exception as exc:  # one broken step must not hide the others' results
             result = StepResult(step.name, "failed", reason=f"{type(exc).__name__}: {exc}"[:200])
         results.append(result)

@@ -126,3 +126,22 @@ def test_one_grpo_step_runs_for_real_on_a_tiny_model(tmp_path):
     assert step["metrics"]["decode_tokens_per_s"] > 0
     assert 0.5 < step["metrics"]["ratio_min"] <= step["metrics"]["ratio_max"] < 2.0
     assert "| grpo_graphs | ok |" in (out / "gpu_check.md").read_text()
+
+
+def test_steps_left_when_the_budget_is_spent_are_skipped_saying_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_check, "cuda_problem", lambda: None)
+    monkeypatch.setattr(gpu_check, "machine", lambda: {"gpu": "none"})
+    ran = []
+
+    def slow(ctx):
+        ran.append(ctx.timeout_s)
+        gpu_check.time.sleep(0.2)
+        return StepResult("gpu_tests", "ok", 0.2)
+
+    monkeypatch.setattr(gpu_check, "STEPS", (gpu_check.attrs.evolve(gpu_check.STEPS[0], run=slow),
+                                             *gpu_check.STEPS[1:]))  # fmt: skip
+    code = gpu_check.main(["--out", str(tmp_path), "--budget-s", "10.1"])
+    assert code == 0 and len(ran) == 1 and ran[0] <= 10.1
+    steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
+    assert [s["status"] for s in steps] == ["ok"] + ["skipped"] * (len(gpu_check.STEPS) - 1)
+    assert steps[1]["reason"] == "the --budget-s of 10.1 s was spent"
