@@ -30,6 +30,9 @@ from areno_core.plan.shapes import ModelShape
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# The families areno_core.train.distributed.parallelize splits with --tp-size (kept here so
+# that planning imports no torch.distributed).
+TP_FAMILIES = ("qwen3", "qwen2", "llama")
 
 
 @attrs.frozen
@@ -56,9 +59,21 @@ class Setup:
     def __attrs_post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
             raise ConfigError(f"--dtype {self.dtype}: expected one of {', '.join(DTYPE_BYTES)}")
-        for name in ("seq_len", "micro_batch", "world_size", "tp_size", "dp_replicate"):
+        flags = {
+            "seq_len": "the row length (--max-prompt-tokens + --max-new-tokens)",
+            "micro_batch": "--mini-bs",
+            "world_size": "--world-size",
+            "tp_size": "--tp-size",
+            "dp_replicate": "--dp-replicate",
+        }
+        for name, flag in flags.items():
             if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+                raise ConfigError(f"{flag} must be at least 1, got {getattr(self, name)}")
+        if self.tp_size > 1 and self.shape.family not in TP_FAMILIES:
+            raise ConfigError(
+                f"--tp-size {self.tp_size}: areno has tensor-parallel plans for "
+                f"{', '.join(TP_FAMILIES)}, not {self.shape.family} models"
+            )
         if self.world_size % self.tp_size:
             raise ConfigError(
                 f"--world-size {self.world_size} is not divisible by --tp-size {self.tp_size}"

@@ -123,3 +123,22 @@ def test_largest_micro_batch_is_the_last_that_fits():
     fits = estimate(attrs.evolve(setup, micro_batch=best)).total(checkpointing=True)
     over = estimate(attrs.evolve(setup, micro_batch=best + 1)).total(checkpointing=True)
     assert best >= 1 and fits <= budget < over
+
+
+def test_bad_setups_name_the_flag_and_the_value():
+    from areno_core.errors import ConfigError
+
+    shape = resolve_shape("Qwen/Qwen3-30B-A3B")
+    with pytest.raises(ConfigError, match="--mini-bs must be at least 1, got 0"):
+        Setup(shape=shape, seq_len=64, micro_batch=0)
+    with pytest.raises(
+        ConfigError, match="tensor-parallel plans for qwen3, qwen2, llama, not qwen3_moe"
+    ):
+        Setup(shape=shape, seq_len=64, world_size=2, tp_size=2)
+
+
+def test_planner_knows_the_families_the_distributed_backend_splits():
+    from areno_core.plan.estimate import TP_FAMILIES
+    from areno_core.train.distributed import parallelize
+
+    assert parallelize.TP_FAMILIES == TP_FAMILIES
