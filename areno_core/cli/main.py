@@ -51,6 +51,7 @@ def cli(verbose: int) -> None:
 
 def _register_commands() -> None:
     from areno_core.cli.eval_cmd import eval_command
+    from areno_core.cli.plan import plan
     from areno_core.cli.plugins_cmd import plugins
     from areno_core.cli.serve_cmd import serve
     from areno_core.cli.train import train
@@ -59,6 +60,7 @@ def _register_commands() -> None:
     cli.add_command(eval_command)
     cli.add_command(serve)
     cli.add_command(plugins)
+    cli.add_command(plan)
 
 
 _register_commands()

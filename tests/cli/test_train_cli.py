@@ -137,7 +137,7 @@ def test_plugins_json_lists_plugin_and_registrations(capsys, toy_registry):
     }
     assert by_dist["areno-core"]["options"] == {
         "rollout engine native": ["prefill_batch_tokens", "lean_forward", "shared_prompt_cache"],
-        "training backend distributed": ["dist_timeout_s", "fsdp_mixed_precision"],
+        "training backend distributed": ["dist_timeout_s", "fsdp_mixed_precision", "dp_replicate"],
         "training backend local": ["share_prefix", "packed_forward"],
     }
     plugin = by_dist["toy-algo-pack"]

@@ -33,7 +33,11 @@ from areno_core.log import get_logger
 from areno_core.models.loading import enable_activation_checkpointing, is_activation_checkpointing
 from areno_core.options import option
 from areno_core.train.contract import BackendSpec
-from areno_core.train.distributed.context import DistContext, init_distributed
+from areno_core.train.distributed.context import (
+    DistContext,
+    check_mesh_shape,
+    init_distributed,
+)
 from areno_core.train.distributed.parallelize import (
     copy_full_weights,
     is_sharded,
@@ -83,6 +87,16 @@ class DistributedBackendConfig:
         "Distributed backend, GPUs only: run forward and backward passes in bfloat16 from "
         "float32 parameters and reduce gradients in float32. No effect on CPUs.",
         negatable=True,
+    )
+    dp_replicate: int = option(
+        1,
+        "Distributed backend: hybrid sharding (HSDP). The data-parallel ranks form this many "
+        "groups of neighbouring ranks (one per node, typically); each group holds one whole "
+        "sharded copy of the model, parameters are sharded within a group and gradients are "
+        "summed across the groups. Must divide --world-size / --tp-size; 1 shards over every "
+        "data-parallel rank.",
+        validator=number(min=1, integer=True),
+        resume_may_change=True,
     )
 
 
@@ -310,7 +324,10 @@ def _distributed_backend(
     config: Any, options: DistributedBackendConfig, registry: Registry
 ) -> DistributedBackend:
     ctx = init_distributed(
-        world_size=config.world_size, tp_size=config.tp_size, timeout_s=options.dist_timeout_s
+        world_size=config.world_size,
+        tp_size=config.tp_size,
+        timeout_s=options.dist_timeout_s,
+        replicate=options.dp_replicate,
     )
     _quiet_logs(ctx.is_main)
     return DistributedBackend(ctx, mixed_precision=options.fsdp_mixed_precision, registry=registry)
@@ -327,6 +344,10 @@ def _quiet_logs(main: bool) -> None:
 
 
 def _check(config: Any) -> str | None:
+    replicate = config.plugin.get("dp_replicate", 1)
+    shape = check_mesh_shape(config.world_size, config.tp_size or 1, replicate)
+    if shape is not None:
+        return shape
     if config.adam_8bit:
         return "8-bit Adam (--adam-8bit) keeps state FSDP2 cannot shard; drop --adam-8bit"
     if getattr(config, "dtype", "auto") not in ("auto", "float32"):

@@ -230,6 +230,7 @@ def _write_trainer_state(
             "dir": SHARDED_DIR,
             "world_size": ctx.world_size,
             "tp_size": ctx.tp_size,
+            "dp_replicate": ctx.replicate_size,
             "roles": sorted(_roles(model)),
         },
     }

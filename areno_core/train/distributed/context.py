@@ -6,6 +6,12 @@ place from the environment torch's launcher sets (``RANK``, ``WORLD_SIZE``, ``LO
 with gloo beside it for CPU tensors) and builds a 2-D device mesh ``(dp, tp)``: ranks
 ``dp * tp_size + t``; the ``tp`` dimension holds the ranks that split each layer, the ``dp``
 dimension the ranks that split the batch.
+
+With hybrid sharding (``--dp-replicate R`` > 1, HSDP) the ``dp`` dimension is itself laid out
+as ``(replicate, shard)``: ``R`` groups of ``dp / R`` neighbouring data-parallel ranks (one
+group per node, typically). FSDP2 shards the parameters within a group and keeps one copy per
+group; the batch is still split over all ``dp`` ranks, which the mesh keeps as the flattened
+``dp`` dimension.
 """
 
 from __future__ import annotations
@@ -48,7 +54,10 @@ class DistContext:
     local_rank: int
     tp_size: int
     device: torch.device
-    mesh: Any  # torch.distributed.device_mesh.DeviceMesh with dims ("dp", "tp")
+    # torch.distributed.device_mesh.DeviceMesh with dims ("dp", "tp"), or, with hybrid
+    # sharding, ("replicate", "shard", "tp") plus "dp" flattened from the first two.
+    mesh: Any
+    replicate_size: int = 1
 
     @property
     def dp_size(self) -> int:
@@ -64,6 +73,9 @@ class DistContext:
 
     @property
     def dp_mesh(self) -> Any:
+        """The mesh FSDP2 shards over: 1-D ``dp``, or 2-D ``(replicate, shard)`` (HSDP)."""
+        if self.replicate_size > 1:
+            return self.mesh["replicate", "shard"]
         return self.mesh["dp"]
 
     @property
@@ -116,8 +128,41 @@ class DistContext:
             dist.barrier()
 
 
-def init_distributed(*, world_size: int, tp_size: int, timeout_s: float) -> DistContext:
-    """Join (or, alone, start) the process group and build the ``(dp, tp)`` mesh.
+def check_mesh_shape(world_size: int, tp_size: int, replicate: int = 1) -> str | None:
+    """Why ``world_size`` processes cannot form this mesh, or None."""
+    if tp_size < 1 or world_size % tp_size:
+        return f"--world-size {world_size} is not divisible by --tp-size {tp_size}"
+    dp = world_size // tp_size
+    if replicate < 1 or dp % replicate:
+        return (
+            f"--dp-replicate {replicate} does not divide the {dp} data-parallel ranks "
+            f"(--world-size {world_size} / --tp-size {tp_size}); give a divisor of {dp}, "
+            "such as the number of nodes"
+        )
+    return None
+
+
+def build_mesh(device_type: str, world_size: int, tp_size: int, replicate: int = 1) -> Any:
+    """The device mesh of :class:`DistContext` (a collective: every process calls it)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dp = world_size // tp_size
+    if replicate == 1:
+        return init_device_mesh(device_type, (dp, tp_size), mesh_dim_names=("dp", "tp"))
+    mesh = init_device_mesh(
+        device_type,
+        (replicate, dp // replicate, tp_size),
+        mesh_dim_names=("replicate", "shard", "tp"),
+    )
+    mesh["replicate", "shard"]._flatten("dp")  # the batch is split over both
+    return mesh
+
+
+def init_distributed(
+    *, world_size: int, tp_size: int, timeout_s: float, replicate: int = 1
+) -> DistContext:
+    """Join (or, alone, start) the process group and build the ``(dp, tp)`` mesh (with
+    ``replicate`` > 1, ``dp`` laid out as ``(replicate, shard)``: hybrid sharding).
 
     A process started by torch's launcher takes its rank from the environment; ``world_size``
     (``--world-size``) must match the launcher's. A process started without a launcher can run
@@ -140,8 +185,9 @@ def init_distributed(*, world_size: int, tp_size: int, timeout_s: float) -> Dist
             "started (WORLD_SIZE); give torchrun --nnodes x --nproc-per-node = --world-size, "
             "or leave --world-size out under torchrun"
         )
-    if world_size % tp_size:
-        raise ConfigError(f"--world-size {world_size} is not divisible by --tp-size {tp_size}")
+    why = check_mesh_shape(world_size, tp_size, replicate)
+    if why is not None:
+        raise ConfigError(why)
     rank = int(os.environ["RANK"]) if launched else 0
     local_rank = int(os.environ["LOCAL_RANK"]) if launched else 0
     if torch.cuda.is_available():
@@ -164,22 +210,19 @@ def init_distributed(*, world_size: int, tp_size: int, timeout_s: float) -> Dist
             world_size=world_size,
             timeout=dt.timedelta(seconds=timeout_s),
         )
-    from torch.distributed.device_mesh import init_device_mesh
-
-    mesh = init_device_mesh(
-        device.type, (world_size // tp_size, tp_size), mesh_dim_names=("dp", "tp")
-    )
+    mesh = build_mesh(device.type, world_size, tp_size, replicate)
     logger.info(
-        "rank %d of %d (dp %d of %d, tp %d of %d) on %s",
+        "rank %d of %d (dp %d of %d in %d replica group(s), tp %d of %d) on %s",
         rank,
         world_size,
         rank // tp_size,
         world_size // tp_size,
+        replicate,
         rank % tp_size,
         tp_size,
         device,
     )
-    return DistContext(rank, world_size, local_rank, tp_size, device, mesh)
+    return DistContext(rank, world_size, local_rank, tp_size, device, mesh, replicate)
 
 
 def _free_port() -> int:

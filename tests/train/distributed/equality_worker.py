@@ -1,6 +1,7 @@
 """A torchrun worker for the equality tests of the distributed backend (not a test file).
 
     torchrun --standalone --nproc-per-node 2 equality_worker.py --world-size 2 --layouts 1:3,2:1
+    torchrun --standalone --nproc-per-node 4 equality_worker.py --world-size 4 --replicate 2
 
 For each layout (tensor-parallel size : steps) every rank trains fresh copies of
 ``random:qwen3-tiny`` with ``DistributedBackend`` for a few steps of SFT, DPO, GRPO and PPO on
@@ -8,7 +9,9 @@ fixed data (the same global batch on every rank); rank 0 then trains the same mo
 ``LocalBackend`` (prefix sharing off, like the distributed backend) on the same data in its
 own process, and writes, per algorithm, the largest weight difference after those steps and
 both runs' losses. With tensor parallelism it also writes the largest difference of the
-sharded policy's forward logprobs from the unsharded ones.
+sharded policy's forward logprobs from the unsharded ones. With ``--replicate R`` the
+data-parallel ranks are sharded as ``R`` replica groups (hybrid sharding), and each entry also
+records how the first parameter is placed on the mesh and the size of this rank's shard.
 """
 
 from __future__ import annotations
@@ -135,17 +138,27 @@ def forward_diff(ctx: Any) -> float:
 
 
 def context_for(ctx: Any, tp_size: int) -> Any:
-    """``ctx`` with a ``(world / tp_size, tp_size)`` mesh over the same processes."""
+    """``ctx`` with a ``(world / tp_size, tp_size)`` mesh over the same processes (and the same
+    replica groups)."""
     if tp_size == ctx.tp_size:
         return ctx
-    from torch.distributed.device_mesh import init_device_mesh
+    from areno_core.train.distributed.context import DistContext, build_mesh
 
-    from areno_core.train.distributed.context import DistContext
-
-    mesh = init_device_mesh(
-        "cpu", (ctx.world_size // tp_size, tp_size), mesh_dim_names=("dp", "tp")
+    replicate = ctx.replicate_size
+    mesh = build_mesh("cpu", ctx.world_size, tp_size, replicate)
+    return DistContext(
+        ctx.rank, ctx.world_size, ctx.local_rank, tp_size, ctx.device, mesh, replicate
     )
-    return DistContext(ctx.rank, ctx.world_size, ctx.local_rank, tp_size, ctx.device, mesh)
+
+
+def placement(module: torch.nn.Module) -> dict[str, Any]:
+    """How the first parameter is laid out on the mesh, and this rank's share of it."""
+    param = next(module.parameters())
+    return {
+        "placements": [str(p) for p in param.placements],
+        "local_numel": param.to_local().numel(),
+        "numel": param.numel(),
+    }
 
 
 def run_layout(ctx: Any, steps: int, lr: float, cases: list[str]) -> dict[str, Any]:
@@ -168,6 +181,7 @@ def run_layout(ctx: Any, steps: int, lr: float, cases: list[str]) -> dict[str, A
                 "losses": losses,
                 "local_losses": local_losses,
                 "optimizer_steps": [model.optimizer_steps, local.optimizer_steps],
+                "sharding": placement(model.policy),
             }
             if critic is not None:
                 entry["critic"] = max_diff(critic, local.critic.state_dict())
@@ -184,13 +198,16 @@ def main() -> None:
         default="1:3",
         help="comma-separated TP:STEPS, e.g. 1:3,2:1 (dp=2 for 3 steps, then tp=2 for 1 step)",
     )
+    parser.add_argument("--replicate", type=int, default=1, help="replica groups (HSDP)")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     logging.getLogger("torch.distributed").setLevel(logging.ERROR)
     layouts = [tuple(int(x) for x in item.split(":")) for item in args.layouts.split(",")]
-    ctx = init_distributed(world_size=args.world_size, tp_size=layouts[0][0], timeout_s=120)
+    ctx = init_distributed(
+        world_size=args.world_size, tp_size=layouts[0][0], timeout_s=120, replicate=args.replicate
+    )
     result = {
         f"tp{tp}": run_layout(context_for(ctx, tp), steps, args.lr, args.cases.split(","))
         for tp, steps in layouts

@@ -154,3 +154,18 @@ def test_check_launch_warns_on_a_cpu_machine_with_fewer_cores(monkeypatch, caplo
         launch.check_launch(build_config({"world_size": 2, "tp_size": 1}))
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and "--world-size 4 starts 4 worker processes" in warnings[0]
+
+
+def test_dp_replicate_that_does_not_divide_the_data_parallel_ranks_is_refused():
+    from areno_core.train.distributed.backend import DISTRIBUTED_BACKEND
+    from areno_core.train.distributed.context import check_mesh_shape
+
+    assert check_mesh_shape(8, 2, 2) is None  # 2 groups of 2 dp ranks, each of tp 2
+    config = build_config({"world_size": 8, "tp_size": 2})
+    config.plugin["dp_replicate"] = 3
+    assert DISTRIBUTED_BACKEND.check(config) == (
+        "--dp-replicate 3 does not divide the 4 data-parallel ranks (--world-size 8 / "
+        "--tp-size 2); give a divisor of 4, such as the number of nodes"
+    )
+    config.plugin["dp_replicate"] = 2
+    assert DISTRIBUTED_BACKEND.check(config) is None

@@ -1,0 +1,1 @@
+"""``areno plan``: per-GPU memory of a training setup, predicted from the model shape."""
