@@ -19,7 +19,7 @@ from areno_core.models.families import available_families, family
 from areno_core.models.lora import resolve_target_modules
 from areno_core.testing import run_areno
 
-pytestmark = pytest.mark.usefixtures("installed_plugins_only")
+pytestmark = pytest.mark.usefixtures("installed_plugins_only", "no_deprecated_transformers_api")
 
 REPO = Path(__file__).resolve().parent.parent
 SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"

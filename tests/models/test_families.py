@@ -48,6 +48,8 @@ SAMPLINGS = {
 }
 TOLERANCE = 2e-5
 
+pytestmark = pytest.mark.usefixtures("no_deprecated_transformers_api")
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread() -> Iterator[None]:
