@@ -16,7 +16,12 @@ def test_family_paths_gemma3_decodes_through_transformers_and_scores_rows_in_ful
     assert paths.attention == "2 of 3 layers sliding (8), the rest full"
     assert paths.native_decode == "transformers forward"
     assert paths.training_forward == "transformers, every row in full"
-    assert paths.tp_plan == "refused (names the family)"
+    assert paths.tp_plan == "plan"
+
+
+def test_family_paths_fused_projections_and_experts_refuse_tensor_parallel() -> None:
+    for name in ("phi3", "olmo2", "qwen3_moe"):
+        assert family_paths(family(name)).tp_plan == "refused (names the family)", name
 
 
 def test_family_paths_llama_runs_lean_packed_and_has_a_tp_plan() -> None:

@@ -11,6 +11,7 @@ full, up to floating-point rounding, for a fraction of the work when prompts are
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any
 
 import attrs
@@ -70,11 +71,22 @@ def policy_outputs(
     inside the packed stream); the outputs outside the loss tokens are then 0.
     """
     flash = uses_flash(model)
-    if packed and not flash and packed_unavailable_reason(model) is None:
-        # Packed rows cost their real tokens only, so any shared prompt is worth sharing.
-        plan = shared_prefix_plan(batch, min_saving=0.0) if share_prefix else None
-        return packed_outputs(
-            model, batch, temperature=temperature, need_entropy=need_entropy, plan=plan
+    if packed and not flash:
+        reason = packed_unavailable_reason(model)
+        if reason is None:
+            # Packed rows cost their real tokens only, so any shared prompt is worth sharing.
+            plan = shared_prefix_plan(batch, min_saving=0.0) if share_prefix else None
+            return packed_outputs(
+                model, batch, temperature=temperature, need_entropy=need_entropy, plan=plan
+            )
+        warn_once(
+            logger,
+            f"forward.not_packed.{type(model).__name__}",
+            "--packed-forward: %s trains through its padded transformers forward (the packed "
+            "forward does not run it: %s)",
+            type(model).__name__,
+            reason,
+            level=logging.INFO,
         )
     plan = shared_prefix_plan(batch) if share_prefix and supports_shared_prefix(model) else None
     if plan is None and share_prefix and not flash and torch.is_grad_enabled():

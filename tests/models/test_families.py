@@ -9,6 +9,7 @@ tests/test_e2e_families.py; tensor-parallel refusals are here, plans in tests/tr
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from areno_core import log
 from areno_core.errors import ConfigError
 from areno_core.models.families import (
     FAMILIES,
@@ -208,3 +210,25 @@ def test_every_family_names_real_classes_of_this_transformers() -> None:
     # GPT-OSS came with transformers 4.55; every other family is older than areno's floor.
     assert missing <= {"gpt_oss"}
     assert all(isinstance(f, ModelFamily) for f in FAMILIES)
+
+
+def test_family_outside_the_lean_pass_says_once_which_forward_runs_and_why(
+    loaded, monkeypatch, caplog
+) -> None:
+    monkeypatch.setattr(log, "_WARNED", set())
+    model, tokenizer = loaded["gemma3"]
+    engine = NativeEngine(model, tokenizer, EngineOptions(attn_backend="native"))
+    with caplog.at_level(logging.INFO, logger="areno"):
+        engine.generate(prompts(), SAMPLINGS["greedy"])
+        batch = rows_batch([g[0] for g in engine.generate(prompts(), SAMPLINGS["greedy"])])
+        training_logprobs(model, batch, 1.0, packed=True)
+        training_logprobs(model, batch, 1.0, packed=True)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "native engine: Gemma3ForCausalLM decodes through its transformers forward (the lean "
+        "forward pass does not run it: Gemma3ForCausalLM is not one of Qwen3ForCausalLM, "
+        "Qwen2ForCausalLM, LlamaForCausalLM)",
+        "--packed-forward: Gemma3ForCausalLM trains through its padded transformers forward "
+        "(the packed forward does not run it: Gemma3ForCausalLM is not one of "
+        "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM)",
+    ]
