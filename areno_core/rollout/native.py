@@ -1032,7 +1032,7 @@ class NativeEngine:
         """Logits of this decode step from a captured graph (a static step without capture on
         a CPU); None when graphs are off or the running rows fit no graph size."""
         graphs = self._graphs
-        if graphs is None:
+        if graphs is None or self._windowed:
             return None
         store.set_scalars()
         key = (id(store), store.generation, self._weights_key)

@@ -31,6 +31,7 @@ from areno_core.models.families import (
 from areno_core.models.lean import lean_unavailable_reason
 from areno_core.models.loading import load_model_and_tokenizer
 from areno_core.models.lora import resolve_target_modules
+from areno_core.rollout.cuda_graphs import DecodeGraphs
 from areno_core.rollout.native import EngineOptions, NativeEngine
 from areno_core.train.distributed.parallelize import TP_FAMILIES, check_tp_support
 from areno_core.train.forward import policy_outputs
@@ -232,3 +233,17 @@ def test_family_outside_the_lean_pass_says_once_which_forward_runs_and_why(
         "(the packed forward does not run it: Gemma3ForCausalLM is not one of "
         "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM)",
     ]
+
+
+@pytest.mark.parametrize("name", ["gemma3", "mistral"])
+def test_family_with_windows_never_takes_a_static_decode_step(loaded, name) -> None:
+    """A static (CUDA-graph) step passes one mask to every layer, which would drop the
+    windows: windowed models decode eagerly even with graphs installed."""
+    model, tokenizer = loaded[name]
+    eager = NativeEngine(model, tokenizer, EngineOptions(attn_backend="native"))
+    static = NativeEngine(model, tokenizer, EngineOptions(attn_backend="native"))
+    static._graphs = DecodeGraphs(capture=False, buckets=(1, 2, 4, 8))
+    want = eager.generate(prompts(), SAMPLINGS["t1"], n=2)
+    got = static.generate(prompts(), SAMPLINGS["t1"], n=2)
+    assert [[c.token_ids for c in g] for g in got] == [[c.token_ids for c in g] for g in want]
+    assert static.stats["graph_decode_steps"] == 0
