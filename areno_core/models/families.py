@@ -1,11 +1,12 @@
-"""The open model families areno is tested on, their tiny test shapes, and what each path does.
+"""The open model families areno is tested on, their tiny test shapes and attention windows.
 
 Each :class:`ModelFamily` names a real ``transformers`` causal-LM class and a tiny shape of it
 (the byte tokenizer's 272-token vocabulary, 64 hidden units, 2-3 layers) that keeps the
 family's distinctive parts: sliding-window layers, soft-capping, query scaling, per-layer rope
-bases, mixtures of experts, attention sinks. ``tests/models/test_families.py`` runs every path
-on each of them, and :func:`render_family_table` writes the table in docs/models.md from the
-code that decides each path (so the table cannot drift from it).
+bases, mixtures of experts, attention sinks. ``tests/models/test_families.py`` and
+``tests/test_e2e_families.py`` run every path on each of them, and
+:func:`areno_core.family_paths.family_table` writes the table in docs/models.md from the code
+that decides each path (so the table cannot drift from it).
 
 Attention windows: :func:`attention_windows` says, per layer, how many keys back a query may
 look (None: all of them), from ``config.layer_types`` when the config has them (Gemma 2/3,
