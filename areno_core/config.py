@@ -324,7 +324,8 @@ class LoraConfig:
         "all-linear (every linear layer but the output layer).",
         validator=_target_modules,
         default_text="every attention and MLP projection (Qwen2/3, Llama, Mistral, Gemma, "
-        "Phi-3); all-linear for other families",
+        "OLMo 2, Phi-3); the attention projections of Qwen3-MoE and GPT-OSS; all-linear for "
+        "other families",
     )
     save_merged: bool = option(
         False,

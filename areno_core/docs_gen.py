@@ -10,7 +10,9 @@ them. Any Markdown page may hold a block ``<!-- options: KIND NAME -->`` ... ``<
 ``core lora``): its body is regenerated as the table of those options (docs/algorithms.md
 uses one per algorithm), and a block ``<!-- protocol:
 module.Class -->`` ... ``<!-- /protocol -->`` as the members and signatures of that protocol
-class, so the documented plugin contracts are always the code's.
+class, so the documented plugin contracts are always the code's. A block ``<!-- families -->``
+... ``<!-- /families -->`` becomes the table of model families and what each path does with
+them (docs/models.md), computed by the code that decides it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ _BLOCK_RE = re.compile(
     re.S,
 )
 _PROTOCOL_RE = re.compile(r"(<!-- protocol: ([\w.]+) -->\n)(.*?)(<!-- /protocol -->)", re.S)
+_FAMILIES_RE = re.compile(r"(<!-- families -->\n)(.*?)(<!-- /families -->)", re.S)
 _KIND_KEYS = {"algorithm": "algorithms", "rollout-engine": "rollout_engines", "backend": "backends"}
 
 
@@ -185,6 +188,17 @@ def render_protocol_blocks(text: str) -> str:
     return _PROTOCOL_RE.sub(replace, text)
 
 
+def render_family_blocks(text: str) -> str:
+    """``text`` with every ``<!-- families -->`` block regenerated as the table of model
+    families and paths (:func:`areno_core.family_paths.family_table`)."""
+    if not _FAMILIES_RE.search(text):
+        return text
+    from areno_core.family_paths import family_table  # builds tiny models: only here
+
+    table = family_table()
+    return _FAMILIES_RE.sub(lambda m: f"{m.group(1)}{table}{m.group(3)}", text)
+
+
 def generated_files() -> dict[Path, str]:
     """Every generated page and its expected text."""
     table = documented_table()
@@ -193,8 +207,9 @@ def generated_files() -> dict[Path, str]:
         if path == DOC_PATH:
             continue
         text = path.read_text()
-        if _BLOCK_RE.search(text) or _PROTOCOL_RE.search(text):
-            pages[path] = render_protocol_blocks(render_option_blocks(text, table))
+        if _BLOCK_RE.search(text) or _PROTOCOL_RE.search(text) or _FAMILIES_RE.search(text):
+            rendered = render_protocol_blocks(render_option_blocks(text, table))
+            pages[path] = render_family_blocks(rendered)
     return pages
 
 

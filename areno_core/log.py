@@ -16,12 +16,14 @@ def get_logger(name: str) -> logging.Logger:
     return logging.getLogger(f"{_ROOT}.{name}" if name else _ROOT)
 
 
-def warn_once(logger: logging.Logger, key: str, message: str, *args: object) -> None:
-    """Log a warning once per process for ``key``."""
+def warn_once(
+    logger: logging.Logger, key: str, message: str, *args: object, level: int = logging.WARNING
+) -> None:
+    """Log a warning (or a message of another ``level``) once per process for ``key``."""
     if key in _WARNED:
         return
     _WARNED.add(key)
-    logger.warning(message, *args)
+    logger.log(level, message, *args)
 
 
 def warned(key: str) -> bool:

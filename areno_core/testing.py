@@ -12,6 +12,10 @@ Fixtures:
 ``installed_plugins_only``
     Unsets ``ARENO_PLUGINS`` and resets the process-wide registry before and after the test,
     so it sees exactly the installed plugins (use it with ``pytest.mark.usefixtures``).
+``no_deprecated_transformers_api``
+    Fails the test when ``transformers`` logs that something the test ran is deprecated (some
+    deprecations are log lines, not warnings; the warnings are errors through the
+    ``filterwarnings`` setting in pyproject.toml).
 
 Functions:
 
@@ -24,6 +28,7 @@ CUDA GPU.
 
 from __future__ import annotations
 
+import logging
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -127,3 +132,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch sees none)")
     for item in gpu_tests:
         item.add_marker(skip)
+
+
+class _DeprecationLog(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "deprecated" in message.lower():
+            self.messages.append(message)
+
+
+@pytest.fixture
+def no_deprecated_transformers_api() -> Iterator[None]:
+    # transformers logs some deprecations once per process (a cached warning_once): forget
+    # what was logged before, so this test sees its own.
+    once = getattr(logging.Logger, "warning_once", None)
+    if hasattr(once, "cache_clear"):
+        once.cache_clear()
+    handler = _DeprecationLog()
+    library = logging.getLogger("transformers")
+    library.addHandler(handler)
+    try:
+        yield
+    finally:
+        library.removeHandler(handler)
+    assert not handler.messages, "transformers logged deprecations: " + " | ".join(
+        sorted(set(handler.messages))
+    )

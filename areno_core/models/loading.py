@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import os
 import re
 import socket
@@ -509,6 +510,7 @@ __all__ = [
     "POLICY_ROLES",
     "VALUE_ROLES",
     "ValueModel",
+    "cache_argument",
     "ensure_pad_token",
     "hub_offline_mode",
     "hub_reachable",
@@ -517,6 +519,7 @@ __all__ = [
     "load_model_config",
     "load_tokenizer",
     "load_value_model",
+    "output_cache",
     "resolve_dtype",
 ]
 
@@ -536,3 +539,23 @@ def enable_activation_checkpointing(model: Any) -> None:
         )
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def cache_argument(model: Any) -> str:
+    """The name under which ``model``'s forward takes a key/value cache: ``cache`` since
+    transformers 5.24 deprecated ``past_key_values`` (removed in 5.40), ``past_key_values``
+    before. A PEFT wrapper is asked about the model it wraps."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        parameters = inspect.signature(base.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return "past_key_values"
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def output_cache(output: Any) -> Any:
+    """The key/value cache of a model output, under either name (see :func:`cache_argument`);
+    reading ``past_key_values`` where ``cache`` exists logs a deprecation warning."""
+    if "cache" in getattr(type(output), "__dataclass_fields__", {}):
+        return output.cache
+    return output.past_key_values

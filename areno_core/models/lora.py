@@ -43,7 +43,8 @@ MERGED_DIR = "merged"
 PEFT_PREFIX = "base_model.model."
 ALL_LINEAR = "all-linear"
 
-_ATTENTION_AND_MLP = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+_ATTENTION_AND_MLP = (*_ATTENTION, "gate_proj", "up_proj", "down_proj")
 # Every attention and MLP projection, by model family (``config.model_type``). A family not
 # listed gets PEFT's ``all-linear``: every linear layer except the output layer.
 DEFAULT_TARGET_MODULES: dict[str, tuple[str, ...]] = {
@@ -53,7 +54,13 @@ DEFAULT_TARGET_MODULES: dict[str, tuple[str, ...]] = {
     "mistral": _ATTENTION_AND_MLP,
     "gemma": _ATTENTION_AND_MLP,
     "gemma2": _ATTENTION_AND_MLP,
+    "gemma3_text": _ATTENTION_AND_MLP,
+    "olmo2": _ATTENTION_AND_MLP,
     "phi3": ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"),
+    # Mixtures of experts: transformers keeps the experts' weights as fused 3D parameters,
+    # not linear layers, so the adapters go on the attention projections.
+    "qwen3_moe": _ATTENTION,
+    "gpt_oss": _ATTENTION,
 }
 
 # How a rollout engine takes the weights of a policy trained with LoRA (``EngineSpec``):

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -60,9 +61,11 @@ from torch import nn
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from areno_core.accel.attention import FLASH, attention_of, choose_attention
-from areno_core.errors import NotAvailableError
+from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger, warn_once
+from areno_core.models.families import has_sliding_window
 from areno_core.models.lean import Attender, LeanDecoder, lean_unavailable_reason
+from areno_core.models.loading import cache_argument
 from areno_core.options import option
 from areno_core.rollout.base import EngineOptions, EngineSpec
 from areno_core.rollout.cuda_graphs import DecodeGraphs
@@ -815,10 +818,13 @@ class NativeEngine:
         self.config = config if config is not None else NativeEngineConfig()
         self.tokenizer, self.eos_token_ids = _resolve_eos(model, tokenizer_or_eos_ids)
         text_config = _text_config(model)
-        _check_full_attention(text_config)
+        # Sliding windows are masks over the kept keys; a static decode step (CUDA graphs)
+        # passes one mask to every layer, so windowed models decode eagerly.
+        self._windowed = _check_attention(text_config)
         self._num_layers = int(text_config.num_hidden_layers)
         self.attn_implementation = _pick_attention(model, self.options.attn_backend)
         self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._cache_argument = cache_argument(model)
         self._store: _KVStore | None = None
         self._lean: LeanDecoder | None = None
         # Decode steps from captured CUDA graphs: created with the first store on a GPU,
@@ -986,7 +992,12 @@ class NativeEngine:
         if self._store is None or self._store.device != device:
             self.drop_state()
             self._store = _KVStore(self._num_layers, device)
-        if self._graphs is None and device.type == "cuda" and not self.options.eager_decode:
+        if (
+            self._graphs is None
+            and device.type == "cuda"
+            and not self.options.eager_decode
+            and not self._windowed
+        ):
             self._graphs = DecodeGraphs(capture=True)
         if self._graphs is not None:
             self._weights_key = _weights_key(self.model)
@@ -1004,7 +1015,15 @@ class NativeEngine:
         self._lean = None
         reason = lean_unavailable_reason(self.model)
         if reason is not None:
-            logger.debug("native engine: transformers forward (no lean forward: %s)", reason)
+            warn_once(
+                logger,
+                f"rollout.no_lean.{type(self.model).__name__}",
+                "native engine: %s decodes through its transformers forward (the lean forward "
+                "pass does not run it: %s)",
+                type(self.model).__name__,
+                reason,
+                level=logging.INFO,
+            )
             return None
         self._lean = LeanDecoder(self.model)
         return self._lean
@@ -1013,7 +1032,7 @@ class NativeEngine:
         """Logits of this decode step from a captured graph (a static step without capture on
         a CPU); None when graphs are off or the running rows fit no graph size."""
         graphs = self._graphs
-        if graphs is None:
+        if graphs is None or self._windowed:
             return None
         store.set_scalars()
         key = (id(store), store.generation, self._weights_key)
@@ -1069,7 +1088,7 @@ class NativeEngine:
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "position_ids": position_ids,
-            "past_key_values": cache,
+            self._cache_argument: cache,
             "use_cache": True,
         }
         if self._takes_logits_to_keep:
@@ -1164,14 +1183,14 @@ def _text_config(model: nn.Module) -> Any:
     return getter() if callable(getter) else config
 
 
-def _check_full_attention(config: Any) -> None:
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types and any(t != "full_attention" for t in layer_types):
-        kinds = sorted(set(layer_types))
-        raise NotAvailableError(
-            f"the native rollout engine supports full-attention models only; this model has "
-            f"layer types {kinds}"
-        )
+def _check_attention(config: Any) -> bool:
+    """Whether some layers of a model with this config attend through a sliding window (the
+    cache keeps every key; each layer's mask applies its window). Layer kinds other than full
+    and sliding attention are refused."""
+    try:
+        return has_sliding_window(config)
+    except ConfigError as exc:
+        raise NotAvailableError(f"the native rollout engine cannot run this model: {exc}") from None
 
 
 def _resolve_eos(model: nn.Module, tokenizer_or_eos_ids: Any) -> tuple[Any, tuple[int, ...]]:

@@ -11,6 +11,7 @@ full, up to floating-point rounding, for a fraction of the work when prompts are
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any
 
 import attrs
@@ -18,8 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from areno_core.accel.attention import uses_flash
+from areno_core.errors import ConfigError
 from areno_core.log import get_logger, warn_once, warned
-from areno_core.models.loading import is_activation_checkpointing
+from areno_core.models.families import has_sliding_window
+from areno_core.models.loading import cache_argument, is_activation_checkpointing, output_cache
 from areno_core.train.packed import build_layout, packed_hidden, packed_unavailable_reason
 
 logger = get_logger(__name__)
@@ -68,11 +71,22 @@ def policy_outputs(
     inside the packed stream); the outputs outside the loss tokens are then 0.
     """
     flash = uses_flash(model)
-    if packed and not flash and packed_unavailable_reason(model) is None:
-        # Packed rows cost their real tokens only, so any shared prompt is worth sharing.
-        plan = shared_prefix_plan(batch, min_saving=0.0) if share_prefix else None
-        return packed_outputs(
-            model, batch, temperature=temperature, need_entropy=need_entropy, plan=plan
+    if packed and not flash:
+        reason = packed_unavailable_reason(model)
+        if reason is None:
+            # Packed rows cost their real tokens only, so any shared prompt is worth sharing.
+            plan = shared_prefix_plan(batch, min_saving=0.0) if share_prefix else None
+            return packed_outputs(
+                model, batch, temperature=temperature, need_entropy=need_entropy, plan=plan
+            )
+        warn_once(
+            logger,
+            f"forward.not_packed.{type(model).__name__}",
+            "--packed-forward: %s trains through its padded transformers forward (the packed "
+            "forward does not run it: %s)",
+            type(model).__name__,
+            reason,
+            level=logging.INFO,
         )
     plan = shared_prefix_plan(batch) if share_prefix and supports_shared_prefix(model) else None
     if plan is None and share_prefix and not flash and torch.is_grad_enabled():
@@ -215,8 +229,8 @@ class SharedPrefixPlan:
 
 def supports_shared_prefix(model: Any) -> bool:
     """Whether ``model`` can run a prefix once and continue it from its key/value cache with
-    gradients: a transformers causal LM with full attention in every layer and without
-    activation checkpointing (which turns the cache off in training)."""
+    gradients: a transformers causal LM with full attention in every layer (no sliding
+    window) and without activation checkpointing (which turns the cache off in training)."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(model, "get_output_embeddings"):
         return False
@@ -225,8 +239,12 @@ def supports_shared_prefix(model: Any) -> bool:
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     if getattr(text, "is_encoder_decoder", False):
         return False
-    layer_types = getattr(text, "layer_types", None)
-    return not layer_types or all(t == "full_attention" for t in layer_types)
+    # The continued rows sit at other cache columns than their positions (the prompts are
+    # right-padded), which a sliding window, a mask over column distances, would misread.
+    try:
+        return not has_sliding_window(text)
+    except ConfigError:
+        return False
 
 
 def shared_prefix_plan(
@@ -305,7 +323,7 @@ def _shared_prefix_outputs(
 
     # 2. The rest of every row, attending to its prefix's keys and values.
     cache = DynamicCache()
-    for index, layer in enumerate(prefix_out.past_key_values.layers):
+    for index, layer in enumerate(output_cache(prefix_out).layers):
         cache.update(
             layer.keys.index_select(0, plan.row_prefix),
             layer.values.index_select(0, plan.row_prefix),
@@ -320,8 +338,8 @@ def _shared_prefix_outputs(
         input_ids=suffix_ids,
         attention_mask=attention,
         position_ids=positions,
-        past_key_values=cache,
         use_cache=True,
+        **{cache_argument(model): cache},
     )
     predicting = torch.cat(
         [first_logits[plan.row_prefix].unsqueeze(1), suffix_out.logits[:, :-1]], dim=1

@@ -7,8 +7,8 @@
 * attention: the query, key and value projections are split by output features (column
   parallel: each tp rank computes a subset of the heads) and the output projection by input
   features (row parallel: the partial outputs are summed across the tp ranks). Per-head norms
-  (Qwen3's ``q_norm``/``k_norm``) keep their weights whole on every tp rank and see that
-  rank's heads; their gradients are summed across the tp ranks;
+  (Qwen3's and Gemma 3's ``q_norm``/``k_norm``) keep their weights whole on every tp rank
+  and see that rank's heads; their gradients are summed across the tp ranks;
 * MLP: the gate and up projections column parallel, the down projection row parallel.
 
 Embeddings, norms and the output layer are not split by tp (only sharded by FSDP). A
@@ -35,8 +35,10 @@ from areno_core.errors import ConfigError
 from areno_core.train.distributed.context import DistContext
 
 # Model families (``config.model_type``) with a tensor-parallel plan; all share the layout
-# layers[i].self_attn.{q,k,v,o}_proj and layers[i].mlp.{gate,up,down}_proj.
-TP_FAMILIES: tuple[str, ...] = ("qwen3", "qwen2", "llama")
+# layers[i].self_attn.{q,k,v,o}_proj and layers[i].mlp.{gate,up,down}_proj (Gemma 3, like
+# Qwen3, with per-head q_norm/k_norm). Not here: fused projections (Phi-3), norms over all
+# heads at once (OLMo 2) and mixtures of experts (Qwen3-MoE, GPT-OSS).
+TP_FAMILIES: tuple[str, ...] = ("qwen3", "qwen2", "llama", "mistral", "gemma2", "gemma3_text")
 _COLUMN = (
     "self_attn.q_proj",
     "self_attn.k_proj",

@@ -31,7 +31,7 @@ def test_tp_plan_unknown_family_is_a_clear_error():
         check_tp_support(GPT2Config(), 2, what="--ckpt gpt2")
     assert str(info.value) == (
         "--tp-size 2: --ckpt gpt2 is a gpt2 model; tensor-parallel plans exist for qwen3, "
-        "qwen2, llama. Use --tp-size 1 (data parallel only)"
+        "qwen2, llama, mistral, gemma2, gemma3_text. Use --tp-size 1 (data parallel only)"
     )
 
 
