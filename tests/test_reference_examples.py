@@ -232,7 +232,7 @@ def test_coding_agent_command_trains_one_step(tmp_path):
         "--ckpt": TINY, "--world-size": "1", "--tp-size": "1", "--n-samples": "2",
         "--batch-size": "2", "--max-new-tokens": "32", "--max-steps": "1",
         "--save-path": str(run),
-    }, drop=("--tune-params",))  # fmt: skip
+    }, drop=("--tune-params", "--mem-frac", "--tune-max-samples"))  # fmt: skip
     areno(argv)
     step = one_step(run)
     assert step["rollout/agent_requests"] >= step["rollout/samples"] == 4

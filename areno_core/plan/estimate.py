@@ -32,7 +32,7 @@ GIB = 1024 * MIB
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # The families areno_core.train.distributed.parallelize splits with --tp-size (kept here so
 # that planning imports no torch.distributed).
-TP_FAMILIES = ("qwen3", "qwen2", "llama")
+TP_FAMILIES = ("qwen3", "qwen2", "llama", "mistral", "gemma2", "gemma3_text")
 
 
 @attrs.frozen

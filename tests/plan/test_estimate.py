@@ -132,7 +132,8 @@ def test_bad_setups_name_the_flag_and_the_value():
     with pytest.raises(ConfigError, match="--mini-bs must be at least 1, got 0"):
         Setup(shape=shape, seq_len=64, micro_batch=0)
     with pytest.raises(
-        ConfigError, match="tensor-parallel plans for qwen3, qwen2, llama, not qwen3_moe"
+        ConfigError,
+        match="plans for qwen3, qwen2, llama, mistral, gemma2, gemma3_text, not qwen3_moe",
     ):
         Setup(shape=shape, seq_len=64, world_size=2, tp_size=2)
 
