@@ -32,6 +32,7 @@ Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 ROUTES = {"/v1/models": "GET", "/v1/chat/completions": "POST"}
+SAMPLE_PREFIX = "/sample/"  # /sample/<segment>/v1/...: a request of one sample (see server.py)
 MODEL_PREFIX = "/v1/models/"
 SSE_KEEPALIVE_S = 15.0
 
@@ -101,6 +102,16 @@ class Guard:
             )
             return
         path, method = scope["path"], scope["method"]
+        sample: tuple[int, int] | None = None
+        if path.startswith(SAMPLE_PREFIX):
+            segment, _, rest = path[len(SAMPLE_PREFIX) :].partition("/")
+            sample = self.server.sample_of(segment)
+            if sample is None:
+                error = RequestError(404, f"no sample {segment!r} on this endpoint")
+                await _send_json(send, 404, error.payload(), close=method != "GET")
+                return
+            path = "/" + rest
+            scope = {**scope, "path": path, "raw_path": path.encode(), "areno.sample": sample}
         expected = _expected_method(path)
         if expected is None:
             error = RequestError(
@@ -163,7 +174,7 @@ def build_app(server: AgentServer) -> ASGIApp:
             except ClientDisconnect:
                 return Response(status_code=499)  # the client left mid-body; nobody reads this
             parsed = parse_chat_request(body)
-            job = server.prepare(parsed)
+            job = server.prepare(parsed, sample=request.scope.get("areno.sample"))
             job.deadline = loop.time() + server.timeout_s
             try:
                 await asyncio.wait_for(server.render(job), job.deadline - loop.time())

@@ -25,6 +25,11 @@ follow the OpenAI schema (:mod:`areno_core.agentic.schema`). A request goes thro
    cancelled: it is dropped if its generation has not started (a running ``generate`` call
    cannot be interrupted; its result is then discarded).
 
+Each sample of a step may get its own base URL (:meth:`AgentServer.sample_base_url`,
+``http://127.0.0.1:<port>/sample/<id>/v1``): what is served through it is recorded as that
+sample's (``ServedCompletion.sample``), so an agent written with any framework needs to return
+nothing but a reward (see docs/agentic.md).
+
 Every served choice is kept in :attr:`AgentServer.records` (by response id) and is returned
 with an ``areno`` extension field (prompt and completion token ids, logprobs, prompt spans);
 see docs/agentic.md. When a request repeats an assistant message this server returned, after
@@ -54,6 +59,7 @@ from typing import Any
 import attrs
 import torch
 
+from areno_core.agentic.asgi import SAMPLE_PREFIX, build_app
 from areno_core.agentic.prompt import Prompt, PromptBuilder
 from areno_core.agentic.records import ServedChoice, ServedCompletion
 from areno_core.agentic.schema import (
@@ -101,6 +107,8 @@ class Job:
     started: bool = False
     future: asyncio.Future[tuple[int, dict[str, Any]]] | None = None
     loop: asyncio.AbstractEventLoop | None = None
+    sample: tuple[int, int] | None = None
+    """The sample whose URL the request came through (None: the shared URL)."""
 
     def resolve(self, status: int, payload: dict[str, Any]) -> None:
         """Hand the answer to the waiting request handler (from any thread)."""
@@ -175,6 +183,8 @@ class AgentServer:
             max_prompt_tokens if max_prompt_tokens is not None else _engine_prompt_limit(engine)
         )
         self.records: dict[str, ServedCompletion] = {}
+        self._samples: dict[str, tuple[int, int]] = {}  # URL segment -> sample key
+        self._sample_segments: dict[tuple[int, int], str] = {}
         self.stats: dict[str, float] = dict.fromkeys(
             ("requests", "errors", "completions", "generate_calls", "prompt_tokens",
              "completion_tokens", "reused_prefixes", "max_batch", "cancelled", "timeouts"),
@@ -209,12 +219,30 @@ class AgentServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def sample_base_url(self, key: tuple[int, int]) -> str:
+        """The base URL of sample ``key`` (``AgentItem.key``): requests through it are
+        attributed to that sample in :attr:`records` (``ServedCompletion.sample``), so rows
+        can be built for it from the records alone (:meth:`sample_records`)."""
+        key = (int(key[0]), int(key[1]))
+        segment = self._sample_segments.get(key)
+        if segment is None:
+            segment = f"{key[0]}.{key[1]}-{secrets.token_urlsafe(6)}"
+            self._sample_segments[key] = segment
+            self._samples[segment] = key
+        return f"http://127.0.0.1:{self.port}{SAMPLE_PREFIX}{segment}/v1"
+
+    def sample_of(self, segment: str) -> tuple[int, int] | None:
+        """The sample a URL segment names (None: no such sample)."""
+        return self._samples.get(segment)
+
+    def sample_records(self, key: tuple[int, int]) -> list[ServedCompletion]:
+        """What this server served through sample ``key``'s URL, in the order it was served."""
+        return [record for record in list(self.records.values()) if record.sample == key]
+
     def start(self) -> AgentServer:
         if self._uvicorn is not None:
             raise RuntimeError("AgentServer.start() called twice")
         import uvicorn
-
-        from areno_core.agentic.asgi import build_app
 
         _bypass_proxy_for_loopback()
         if self.max_prompt_tokens is not None and self._max_prompt_chars is None:
@@ -320,9 +348,9 @@ class AgentServer:
 
     # -- request side (the event loop of the HTTP thread) -----------------------------------
 
-    def prepare(self, request: ChatRequest) -> Job:
+    def prepare(self, request: ChatRequest, *, sample: tuple[int, int] | None = None) -> Job:
         """Turn a validated request into a job; refuses what cannot be served, cheaply (no
-        rendering, no tokenisation)."""
+        rendering, no tokenisation). ``sample``: the sample whose URL it came through."""
         messages = template_messages(request)
         tools = template_tools(request)
         total = content_chars(messages, tools)
@@ -359,6 +387,7 @@ class AgentServer:
             prefill=prefill,
             model=request.model,
             top_logprobs=top,
+            sample=sample,
         )
 
     async def render(self, job: Job) -> None:
@@ -578,6 +607,7 @@ class AgentServer:
             messages=tuple(job.messages),
             tools=tuple(job.tools),
             choices=choices,
+            sample=job.sample,
         )
         self.records[response_id] = record
         for choice in choices:
@@ -829,6 +859,7 @@ def _bypass_proxy_for_loopback() -> None:
 
 __all__ = [
     "MAX_BODY_BYTES",
+    "SAMPLE_PREFIX",
     "AgentServer",
     "Job",
     "RequestError",

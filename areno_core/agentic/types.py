@@ -1,5 +1,19 @@
 """The objects an agent function sees and returns.
 
+Any OpenAI-compatible client or agent framework pointed at a sample's own URL,
+``ctx.get_base_url(item)``, is enough: the endpoint records what it serves to each sample, so
+the per-sample function may return only a reward (or nothing, for the run's reward function)::
+
+    async def run_agent(ctx, batch):
+        async def play(item):
+            llm = ChatOpenAI(model=ctx.model, base_url=ctx.get_base_url(item), api_key=ctx.api_key)
+            ...  # any framework, any number of turns and tool calls
+            return reward
+
+        return await ctx.run_each(batch, play)
+
+Agents may also return the turns themselves, naming each response they received:
+
     async def run_agent(ctx: AgentContext, batch: AgentBatch):
         client = openai.AsyncOpenAI(base_url=ctx.get_base_url(), api_key=ctx.api_key)
         turns = []
@@ -25,6 +39,7 @@ let :meth:`AgentContext.run_each` drive a per-sample coroutine::
 from __future__ import annotations
 
 import asyncio
+import math
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
@@ -40,6 +55,9 @@ class AgentItem:
     messages: tuple[Mapping[str, Any], ...]
     prompt_index: int
     sample_index: int
+    base_url: str = attrs.field(default="", eq=False)
+    """This sample's own endpoint URL: every request through it is recorded as this
+    sample's, so the agent may return just a reward, or nothing (see docs/agentic.md)."""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -60,7 +78,11 @@ class AgentContext:
     """What :meth:`run_each` has finished so far. When ``run_agent`` as a whole times out or
     raises, the core still keeps these results (and counts the other samples as failed)."""
 
-    def get_base_url(self) -> str:
+    def get_base_url(self, item: AgentItem | None = None) -> str:
+        """The endpoint URL: ``item``'s own (requests through it are recorded as that
+        sample's) when given, else the shared one."""
+        if item is not None and item.base_url:
+            return item.base_url
         return self.base_url
 
     async def run_each(
@@ -72,6 +94,11 @@ class AgentContext:
         timeout_s: float | None = None,
     ) -> list[Any]:
         """Run ``await fn(item)`` for every sample of ``batch`` concurrently.
+
+        ``fn`` returns the sample's turns (a turn, a trajectory, a list of them), its reward
+        (a number: the rows are built from what ``item.base_url`` served) or None (the same,
+        scored by the run's reward function); numbers and None come back as
+        ``AgentTrajectory(item=item, reward=...)`` without turns.
 
         At most ``max_concurrency`` (default: ``self.max_concurrency``) samples run at once and
         each gets ``timeout_s`` seconds (default: ``self.timeout_s``). A sample that raises,
@@ -102,26 +129,42 @@ class AgentContext:
             problem = result_problem(result)
             if problem is not None:
                 result = AgentFailure(item=item, kind="error", error=f"the sample {problem}")
+            elif result is None or is_reward(result):
+                result = AgentTrajectory(
+                    item=item, reward=None if result is None else float(result)
+                )
             self.finished.append(result)
             return result
 
         return list(await asyncio.gather(*(one(item) for item in batch.iter_samples())))
 
 
+def is_reward(value: Any) -> bool:
+    """Whether ``value`` is a reward an agent returned: a real number (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def result_problem(value: Any) -> str | None:
     """Why ``value`` is not something an agent may return for a sample (None when it is): a
-    turn, a trajectory, a failure, None, or a list or tuple of those."""
+    turn, a trajectory, a failure, None, a reward (a number), or a list or tuple of turns,
+    trajectories and failures."""
     if value is None or isinstance(value, AgentTrajectoryTurn | AgentTrajectory | AgentFailure):
+        return None
+    if is_reward(value):
+        if not math.isfinite(value):
+            return f"returned the reward {value!r}; a reward must be a finite number"
         return None
     if isinstance(value, list | tuple):
         for entry in value:
+            if is_reward(entry):
+                return "returned a list holding a number; return the reward alone"
             problem = result_problem(entry)
             if problem is not None:
                 return problem
         return None
     return (
-        f"returned a {type(value).__name__}; expected AgentTrajectoryTurn, AgentTrajectory, "
-        "AgentFailure, None, or a list of them"
+        f"returned a {type(value).__name__}; expected a reward (a number), None, "
+        "AgentTrajectoryTurn, AgentTrajectory, AgentFailure, or a list of turns"
     )
 
 
@@ -161,10 +204,11 @@ class AgentTrajectoryTurn:
 
 @attrs.frozen
 class AgentTrajectory:
-    """All turns of one sample, in order."""
+    """All turns of one sample, in order. Without turns, the sample's rows are built from what
+    its own URL (``item.base_url``) served, and ``reward`` (when set) is shared by them."""
 
     item: AgentItem
-    turns: Sequence[AgentTrajectoryTurn]
+    turns: Sequence[AgentTrajectoryTurn] = ()
     reward: float | None = None
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
     messages: Sequence[Mapping[str, Any]] = ()
