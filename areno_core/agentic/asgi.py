@@ -35,6 +35,7 @@ ROUTES = {"/v1/models": "GET", "/v1/chat/completions": "POST"}
 SAMPLE_PREFIX = "/sample/"  # /sample/<segment>/v1/...: a request of one sample (see server.py)
 MODEL_PREFIX = "/v1/models/"
 SSE_KEEPALIVE_S = 15.0
+MAX_QUERY_BYTES = 1024  # no route takes a query; OpenAI clients send none
 
 
 def bearer_token(header: bytes | None) -> str | None:
@@ -101,6 +102,31 @@ class Guard:
                 send, 401, error.payload(), close=True, extra=[(b"www-authenticate", b"Bearer")]
             )
             return
+        query = scope.get("query_string") or b""
+        if len(query) > MAX_QUERY_BYTES:
+            error = RequestError(
+                414,
+                f"the query string is {len(query)} bytes; at most {MAX_QUERY_BYTES} are accepted",
+            )
+            await _send_json(send, 414, error.payload(), close=True)
+            return
+        if self.server.in_flight >= self.server.max_connections:
+            error = RequestError(
+                503,
+                f"{self.server.in_flight} requests are being served, the most this endpoint "
+                "takes at once; retry later",
+            )
+            await _send_json(send, 503, error.payload(), close=True)
+            return
+        self.server.in_flight += 1
+        try:
+            await self._route(scope, receive, send, headers)
+        finally:
+            self.server.in_flight -= 1
+
+    async def _route(
+        self, scope: Scope, receive: Receive, send: Send, headers: Mapping[bytes, list[bytes]]
+    ) -> None:
         path, method = scope["path"], scope["method"]
         sample: tuple[int, int] | None = None
         if path.startswith(SAMPLE_PREFIX):

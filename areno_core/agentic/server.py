@@ -60,6 +60,11 @@ import attrs
 import torch
 
 from areno_core.agentic.asgi import SAMPLE_PREFIX, build_app
+from areno_core.agentic.http_protocol import (
+    HEAD_TIMEOUT_S,
+    MAX_OPEN_CONNECTIONS,
+    protocol_class,
+)
 from areno_core.agentic.prompt import Prompt, PromptBuilder
 from areno_core.agentic.records import ServedChoice, ServedCompletion
 from areno_core.agentic.schema import (
@@ -138,7 +143,9 @@ class AgentServer:
     Limits: ``max_body_bytes`` per request body (``413`` above it, checked before the body is
     read), ``body_timeout_s`` to receive a body (``408``), ``max_prompt_tokens`` per prompt
     (default: the engine's own limit; ``400`` with code ``context_length_exceeded`` above it,
-    checked before generation), ``max_connections`` open at once (``503`` beyond).
+    checked before generation), ``max_connections`` authenticated requests in flight (``503``
+    beyond), ``head_timeout_s`` to receive a request's headers (the connection is closed) and
+    ``max_open_connections`` open at once (:mod:`areno_core.agentic.http_protocol`).
     """
 
     def __init__(
@@ -159,9 +166,19 @@ class AgentServer:
         body_timeout_s: float = 30.0,
         max_connections: int = 1024,
         render_threads: int = 2,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
+        max_open_connections: int = MAX_OPEN_CONNECTIONS,
     ) -> None:
-        if timeout_s <= 0 or body_timeout_s <= 0:
-            raise ValueError(f"timeouts must be positive, got {timeout_s}, {body_timeout_s}")
+        if timeout_s <= 0 or body_timeout_s <= 0 or head_timeout_s <= 0:
+            raise ValueError(
+                f"timeouts must be positive, got timeout_s={timeout_s}, "
+                f"body_timeout_s={body_timeout_s}, head_timeout_s={head_timeout_s}"
+            )
+        if max_connections < 1 or max_open_connections < 1:
+            raise ValueError(
+                f"connection limits must be at least 1, got max_connections={max_connections}, "
+                f"max_open_connections={max_open_connections}"
+            )
         self.engine = engine
         self.tokenizer = tokenizer
         if sampling_defaults.seed is not None:
@@ -179,6 +196,9 @@ class AgentServer:
         self.api_key = api_key or f"areno-{secrets.token_urlsafe(24)}"
         self.max_body_bytes = int(max_body_bytes)
         self.max_connections = int(max_connections)
+        self.head_timeout_s = float(head_timeout_s)
+        self.max_open_connections = int(max_open_connections)
+        self.in_flight = 0  # authenticated requests being served (the HTTP thread's count)
         self.max_prompt_tokens = (
             max_prompt_tokens if max_prompt_tokens is not None else _engine_prompt_limit(engine)
         )
@@ -251,19 +271,21 @@ class AgentServer:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
+        sock.listen(2048)
         self._socket, self._port = sock, int(sock.getsockname()[1])
         config = uvicorn.Config(
             build_app(self),
             loop="asyncio",
-            http="h11",
+            http=protocol_class(
+                head_timeout_s=self.head_timeout_s, max_open=self.max_open_connections
+            ),
             ws="none",
             lifespan="off",
             log_config=None,
             access_log=False,
             timeout_keep_alive=30,
             timeout_graceful_shutdown=2,
-            limit_concurrency=self.max_connections,
+            limit_concurrency=None,  # counted by the app, authenticated requests only
             h11_max_incomplete_event_size=64 * 1024,
         )
         self._uvicorn = uvicorn.Server(config)
