@@ -207,6 +207,8 @@ def build_app(server: AgentServer) -> ASGIApp:
             except TimeoutError:
                 server.cancel(job, timed_out=True)
                 return JSONResponse(server.timeout_payload(), status_code=504, headers=headers)
+            if parsed.wants_stream and server.streams_tokens:
+                job.tokens = asyncio.Queue()
             future = server.submit(job)
         except RequestError as exc:
             if exc.status != 499:
@@ -290,11 +292,14 @@ def _event(payload: Any) -> str:
 async def _sse(
     server: AgentServer, job: Job, future: asyncio.Future[Any], include_usage: bool
 ) -> AsyncIterator[str]:
-    """Server-sent events for a streamed request: keep-alive comments while the completion is
-    generated, then the chunks, then ``[DONE]``. Errors after the stream has started arrive as
-    an event with an ``error`` object, which the OpenAI client raises."""
+    """Server-sent events for a streamed request: the text as it is sampled (when the engine
+    reports tokens), keep-alive comments while waiting, then the rest of each choice, its tool
+    calls and its end, then ``[DONE]``. Errors after the stream has started arrive as an event
+    with an ``error`` object, which the OpenAI client raises."""
     loop = asyncio.get_running_loop()
     finished = False
+    sampled: dict[int, list[int]] = {}
+    sent: dict[int, str] = {}
     try:
         while True:
             remaining = job.deadline - loop.time()
@@ -302,17 +307,30 @@ async def _sse(
                 server.cancel(job, timed_out=True)
                 yield _event(server.timeout_payload())
                 break
-            try:
-                status, payload = await asyncio.wait_for(
-                    asyncio.shield(future), min(remaining, SSE_KEEPALIVE_S)
-                )
-            except TimeoutError:
+            waiters: set[asyncio.Future[Any]] = {future}
+            getter = asyncio.ensure_future(job.tokens.get()) if job.tokens is not None else None
+            if getter is not None:
+                waiters.add(getter)
+            done, _ = await asyncio.wait(
+                waiters,
+                timeout=min(remaining, SSE_KEEPALIVE_S),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if getter is not None and getter not in done:
+                getter.cancel()
+            if getter is not None and getter in done:
+                for choice, delta in _text_deltas(server, job, getter.result(), sampled, sent):
+                    yield _event(_content_chunk(job, choice, delta, first=delta == sent[choice]))
+                if not future.done():
+                    continue
+            if not done:
                 yield ": keep-alive\n\n"
                 continue
+            status, payload = future.result()
             if status != 200:
                 yield _event(payload)
             else:
-                for chunk in stream_chunks(payload, include_usage=include_usage):
+                for chunk in stream_chunks(payload, include_usage=include_usage, sent=sent):
                     yield _event(chunk)
             break
         yield "data: [DONE]\n\n"
@@ -322,10 +340,53 @@ async def _sse(
             server.cancel(job, timed_out=False)
 
 
-def stream_chunks(payload: Mapping[str, Any], *, include_usage: bool) -> Iterator[dict[str, Any]]:
+def _text_deltas(
+    server: AgentServer,
+    job: Job,
+    first: tuple[int, int],
+    sampled: dict[int, list[int]],
+    sent: dict[int, str],
+) -> list[tuple[int, str]]:
+    """Take ``first`` and every token already queued; the new text per choice."""
+    entries = [first]
+    assert job.tokens is not None
+    while not job.tokens.empty():
+        entries.append(job.tokens.get_nowait())
+    for choice, token in entries:
+        sampled.setdefault(choice, []).append(token)
+    out = []
+    for choice in sorted({c for c, _ in entries}):
+        text = server.stream_text(job, sampled[choice])
+        before = sent.get(choice, "")
+        if len(text) > len(before) and text.startswith(before):
+            sent[choice] = text
+            out.append((choice, text[len(before) :]))
+    return out
+
+
+def _content_chunk(job: Job, choice: int, text: str, *, first: bool) -> dict[str, Any]:
+    delta: dict[str, Any] = {"content": text}
+    if first:
+        delta = {"role": "assistant", "content": text, "refusal": None}
+    return {
+        "id": job.response_id,
+        "object": "chat.completion.chunk",
+        "created": job.created,
+        "model": job.model,
+        "system_fingerprint": None,
+        "choices": [{"index": choice, "delta": delta, "logprobs": None, "finish_reason": None}],
+    }
+
+
+def stream_chunks(
+    payload: Mapping[str, Any], *, include_usage: bool, sent: Mapping[int, str] | None = None
+) -> Iterator[dict[str, Any]]:
     """A ``chat.completion`` payload as ``chat.completion.chunk`` objects: per choice, one
-    chunk with the whole message (role, content, tool calls, logprobs) and one with its
-    ``finish_reason`` and the ``areno`` extension; then the usage chunk when asked for."""
+    chunk with the message (role, content, tool calls with their ``index``, logprobs) and one
+    with its ``finish_reason`` and the ``areno`` extension; then the usage chunk when asked
+    for. ``sent``: the content already streamed per choice; only the rest is sent (the role
+    too only when nothing was)."""
+    sent = sent or {}
     base = {
         "id": payload["id"],
         "object": "chat.completion.chunk",
@@ -336,11 +397,13 @@ def stream_chunks(payload: Mapping[str, Any], *, include_usage: bool) -> Iterato
     extra = {"usage": None} if include_usage else {}
     for choice in payload["choices"]:
         message = choice["message"]
-        delta: dict[str, Any] = {
-            "role": "assistant",
-            "content": message.get("content"),
-            "refusal": None,
-        }
+        content, before = message.get("content"), sent.get(choice["index"], "")
+        delta: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+        if before:
+            # Streamed text is a prefix of the content unless a reply that started as text
+            # turned into a call with whitespace around it; the client then keeps what it got.
+            rest = content[len(before) :] if content and content.startswith(before) else ""
+            delta = {"content": rest} if rest else {}
         if message.get("tool_calls"):
             delta["tool_calls"] = [
                 {"index": k, **call} for k, call in enumerate(message["tool_calls"])

@@ -44,6 +44,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import inspect
 import json
 import os
 import secrets
@@ -114,6 +115,24 @@ class Job:
     loop: asyncio.AbstractEventLoop | None = None
     sample: tuple[int, int] | None = None
     """The sample whose URL the request came through (None: the shared URL)."""
+    tokens: asyncio.Queue[tuple[int, int]] | None = None
+    response_id: str = attrs.Factory(lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    created: int = attrs.Factory(lambda: int(time.time()))
+    """Streamed requests on an engine that reports tokens as they are sampled: ``(choice,
+    token id)`` as they come (see :meth:`AgentServer.stream_text`)."""
+
+    def push_tokens(self, entries: list[tuple[int, int]]) -> None:
+        """Hand sampled tokens to the streaming handler (from the scheduler thread)."""
+        queue, loop = self.tokens, self.loop
+        if queue is None or loop is None or self.cancelled:
+            return
+
+        def put() -> None:
+            for entry in entries:
+                queue.put_nowait(entry)
+
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            loop.call_soon_threadsafe(put)
 
     def resolve(self, status: int, payload: dict[str, Any]) -> None:
         """Hand the answer to the waiting request handler (from any thread)."""
@@ -203,6 +222,8 @@ class AgentServer:
             max_prompt_tokens if max_prompt_tokens is not None else _engine_prompt_limit(engine)
         )
         self.records: dict[str, ServedCompletion] = {}
+        self.streams_tokens = _accepts(engine.generate, "on_tokens")
+        """The engine reports tokens as it samples them, so ``stream: true`` sends them then."""
         self._samples: dict[str, tuple[int, int]] = {}  # URL segment -> sample key
         self._sample_segments: dict[tuple[int, int], str] = {}
         self.stats: dict[str, float] = dict.fromkeys(
@@ -583,8 +604,11 @@ class AgentServer:
             return
         sampling, n = members[0].sampling, members[0].n
         prompts = [list(job.prompt.ids) for job in members if job.prompt is not None]
+        extra: dict[str, Any] = {}
+        if self.streams_tokens and any(job.tokens is not None for job in members):
+            extra["on_tokens"] = functools.partial(_route_tokens, members)
         try:
-            outputs = self.engine.generate(prompts, seeded(sampling, self.generator), n=n)
+            outputs = self.engine.generate(prompts, seeded(sampling, self.generator), n=n, **extra)
         except Exception as exc:
             logger.exception("agent endpoint: engine.generate failed")
             for job in members:
@@ -619,8 +643,7 @@ class AgentServer:
     def _respond(
         self, job: Job, prompt: Prompt, completions: Sequence[Completion]
     ) -> dict[str, Any]:
-        response_id = f"chatcmpl-{uuid.uuid4().hex}"
-        created = int(time.time())
+        response_id, created = job.response_id, job.created
         choices = tuple(self._choice(i, job, prompt, c) for i, c in enumerate(completions))
         record = ServedCompletion(
             id=response_id,
@@ -755,7 +778,56 @@ class AgentServer:
         return hi
 
 
+    def stream_text(self, job: Job, tokens: Sequence[int]) -> str:
+        """The text of the sampled ``tokens`` that can be streamed now: what the final message
+        will surely start with. Held back: an unfinished UTF-8 character, everything from a
+        ``<tool_call>`` block (or a suffix that may start one) or a stop string (or a suffix
+        that may start one) on, trailing whitespace when tool calls are parsed (the content
+        before a call is stripped), and all of a reply that may be a plain-JSON call or that
+        continues a forced call."""
+        if job.prefill:
+            return ""
+        text = self._decode(list(tokens)).rstrip("\ufffd")
+        markers = list(job.stops)
+        if job.parse_tools:
+            if text.lstrip().startswith(("{", "[", "```")):
+                return ""
+            markers.append(TOOL_CALL_OPEN)
+        found = [text.find(m) for m in markers]
+        cut = min((f for f in found if f >= 0), default=-1)
+        if cut >= 0:
+            text = text[:cut]
+        else:
+            for marker in markers:
+                for k in range(min(len(marker) - 1, len(text)), 0, -1):
+                    if text.endswith(marker[:k]):
+                        text = text[:-k]
+                        break
+        return text.rstrip() if job.parse_tools else text
+
+
 # -- helpers ---------------------------------------------------------------------------------
+
+
+TOOL_CALL_OPEN = "<tool_call>"
+
+
+def _accepts(fn: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _route_tokens(members: Sequence[Job], entries: list[tuple[int, int, int]]) -> None:
+    """``on_tokens`` of one generate() call: each ``(prompt, sample, token)`` to its job."""
+    by_job: dict[int, list[tuple[int, int]]] = {}
+    for prompt, sample, token in entries:
+        if 0 <= prompt < len(members) and members[prompt].tokens is not None:
+            by_job.setdefault(prompt, []).append((sample, token))
+    for prompt, tokens in by_job.items():
+        members[prompt].push_tokens(tokens)
+
 
 
 def _engine_prompt_limit(engine: Any) -> int | None:
