@@ -777,7 +777,6 @@ class AgentServer:
                 lo = mid + 1
         return hi
 
-
     def stream_text(self, job: Job, tokens: Sequence[int]) -> str:
         """The text of the sampled ``tokens`` that can be streamed now: what the final message
         will surely start with. Held back: an unfinished UTF-8 character, everything from a
@@ -827,7 +826,6 @@ def _route_tokens(members: Sequence[Job], entries: list[tuple[int, int, int]]) -
             by_job.setdefault(prompt, []).append((sample, token))
     for prompt, tokens in by_job.items():
         members[prompt].push_tokens(tokens)
-
 
 
 def _engine_prompt_limit(engine: Any) -> int | None:

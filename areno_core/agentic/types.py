@@ -39,7 +39,9 @@ let :meth:`AgentContext.run_each` drive a per-sample coroutine::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import threading
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
@@ -92,6 +94,7 @@ class AgentContext:
         *,
         max_concurrency: int | None = None,
         timeout_s: float | None = None,
+        isolate: bool = False,
     ) -> list[Any]:
         """Run ``await fn(item)`` for every sample of ``batch`` concurrently.
 
@@ -108,8 +111,13 @@ class AgentContext:
 
         The per-sample timeout interrupts ``await`` points only: code that blocks the event
         loop (``time.sleep``, a synchronous HTTP client, ``subprocess.run``) stalls every
-        sample until it returns. Run such calls with ``await asyncio.to_thread(...)``. The
-        deadline of the whole agent function holds regardless (see docs/agentic.md).
+        sample until it returns. Run such calls with ``await asyncio.to_thread(...)``, or pass
+        ``isolate=True``: each sample then runs on a thread with an event loop of its own, so a
+        sample that blocks is dropped at its timeout (an :class:`AgentFailure`) while the others
+        finish. With ``isolate=True``, ``fn`` must create what it awaits on (the OpenAI client,
+        the framework's model object) itself, not share one made outside: an async client
+        belongs to the event loop it is used on. The deadline of the whole agent function
+        holds regardless (see docs/agentic.md).
         """
         limit = asyncio.Semaphore(max(1, max_concurrency or self.max_concurrency))
         budget = self.timeout_s if timeout_s is None else timeout_s
@@ -117,7 +125,10 @@ class AgentContext:
         async def one(item: AgentItem) -> Any:
             async with limit:
                 try:
-                    result: Any = await asyncio.wait_for(fn(item), budget)
+                    if isolate:
+                        result: Any = await run_isolated(fn, item, budget)
+                    else:
+                        result = await asyncio.wait_for(fn(item), budget)
                 except TimeoutError:
                     result = AgentFailure(
                         item=item, kind="timeout", error=f"sample timed out after {budget:g} s"
@@ -137,6 +148,60 @@ class AgentContext:
             return result
 
         return list(await asyncio.gather(*(one(item) for item in batch.iter_samples())))
+
+
+ISOLATED_GRACE_S = 2.0
+
+
+async def run_isolated(
+    fn: Callable[[AgentItem], Awaitable[Any]], item: AgentItem, budget: float
+) -> Any:
+    """``await fn(item)`` on a thread with an event loop of its own, within ``budget``
+    seconds. At the deadline (or when the caller is cancelled) the sample's task is cancelled;
+    if its thread is still blocked ``ISOLATED_GRACE_S`` later, it is left to end on its own and
+    :class:`TimeoutError` is raised all the same. Python cannot kill a thread."""
+    caller = asyncio.get_running_loop()
+    answer: asyncio.Future[tuple[bool, Any]] = caller.create_future()
+    inner: dict[str, Any] = {}
+
+    def deliver(outcome: tuple[bool, Any]) -> None:
+        if not answer.done():
+            answer.set_result(outcome)
+
+    async def main() -> Any:
+        inner["loop"], inner["task"] = asyncio.get_running_loop(), asyncio.current_task()
+        return await fn(item)
+
+    def target() -> None:
+        try:
+            outcome: tuple[bool, Any] = (True, asyncio.run(main()))
+        except BaseException as exc:
+            outcome = (False, exc)
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed
+            caller.call_soon_threadsafe(deliver, outcome)
+
+    def cancel() -> None:
+        loop, task = inner.get("loop"), inner.get("task")
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
+                loop.call_soon_threadsafe(task.cancel)
+
+    threading.Thread(target=target, name=f"areno-sample-{item.key}", daemon=True).start()
+    try:
+        ok, value = await asyncio.wait_for(asyncio.shield(answer), budget)
+    except TimeoutError:
+        cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(answer), ISOLATED_GRACE_S)
+        raise TimeoutError from None
+    except asyncio.CancelledError:
+        cancel()
+        raise
+    if not ok:
+        if isinstance(value, asyncio.CancelledError):
+            raise RuntimeError("the sample's task was cancelled") from None
+        raise value
+    return value
 
 
 def is_reward(value: Any) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from typing import Any
 
 import openai
@@ -259,3 +261,30 @@ def test_unknown_sample_url_is_404_and_requests_of_a_failed_agent_are_not_traine
     with pytest.raises(AgentError, match="crashed after its requests"):
         _collect(engine, byte_tokenizer, agent)
     assert statuses == [404]
+
+
+def test_isolated_sample_that_blocks_is_dropped_and_the_others_finish(
+    byte_tokenizer, scripted
+) -> None:
+    engine = scripted(byte_tokenizer, _reply)
+    release = threading.Event()
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+        async def play(item: AgentItem) -> float:
+            if item.key == (10, 0):
+                release.wait(30)  # blocks its own event loop, before any other sample is done
+            await _episode(ctx, item)
+            return 1.0
+
+        return await ctx.run_each(batch, play, isolate=True, timeout_s=3.0)
+
+    started = time.monotonic()
+    try:
+        groups, metrics = _collect(engine, byte_tokenizer, agent)
+    finally:
+        release.set()
+    assert time.monotonic() - started < 15.0  # 3 s per sample + 2 s grace + setup
+    kept = sorted((t.prompt_index, t.sample_index) for g in groups for t in g.trajectories)
+    assert kept == [(10, 1), (11, 0), (11, 1)]
+    assert metrics["rollout/agent_timeouts"] == 1.0 and metrics["rollout/agent_errors"] == 1.0
+    assert metrics["rollout/agent_abandoned"] == 0.0  # the agent itself finished in time
