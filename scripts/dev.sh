@@ -61,8 +61,9 @@ demo() {
 }
 
 test_all() {
-  # The bench extra (TRL) lets tests/test_bench.py run the reference side of the harness too.
-  setup dev,bench
+  # The bench extra (TRL) lets tests/test_bench.py run the reference side of the harness too;
+  # the agents extra brings the agent frameworks tests/test_e2e_agentic_frameworks.py trains.
+  setup dev,bench,agents
   "$PY" -m ruff check .
   "$PY" -m ruff format --check .
   "$PY" -m areno_core.docs_gen --check

@@ -32,8 +32,10 @@ Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 ROUTES = {"/v1/models": "GET", "/v1/chat/completions": "POST"}
+SAMPLE_PREFIX = "/sample/"  # /sample/<segment>/v1/...: a request of one sample (see server.py)
 MODEL_PREFIX = "/v1/models/"
 SSE_KEEPALIVE_S = 15.0
+MAX_QUERY_BYTES = 1024  # no route takes a query; OpenAI clients send none
 
 
 def bearer_token(header: bytes | None) -> str | None:
@@ -100,7 +102,42 @@ class Guard:
                 send, 401, error.payload(), close=True, extra=[(b"www-authenticate", b"Bearer")]
             )
             return
+        query = scope.get("query_string") or b""
+        if len(query) > MAX_QUERY_BYTES:
+            error = RequestError(
+                414,
+                f"the query string is {len(query)} bytes; at most {MAX_QUERY_BYTES} are accepted",
+            )
+            await _send_json(send, 414, error.payload(), close=True)
+            return
+        if self.server.in_flight >= self.server.max_connections:
+            error = RequestError(
+                503,
+                f"{self.server.in_flight} requests are being served, the most this endpoint "
+                "takes at once; retry later",
+            )
+            await _send_json(send, 503, error.payload(), close=True)
+            return
+        self.server.in_flight += 1
+        try:
+            await self._route(scope, receive, send, headers)
+        finally:
+            self.server.in_flight -= 1
+
+    async def _route(
+        self, scope: Scope, receive: Receive, send: Send, headers: Mapping[bytes, list[bytes]]
+    ) -> None:
         path, method = scope["path"], scope["method"]
+        sample: tuple[int, int] | None = None
+        if path.startswith(SAMPLE_PREFIX):
+            segment, _, rest = path[len(SAMPLE_PREFIX) :].partition("/")
+            sample = self.server.sample_of(segment)
+            if sample is None:
+                error = RequestError(404, f"no sample {segment!r} on this endpoint")
+                await _send_json(send, 404, error.payload(), close=method != "GET")
+                return
+            path = "/" + rest
+            scope = {**scope, "path": path, "raw_path": path.encode(), "areno.sample": sample}
         expected = _expected_method(path)
         if expected is None:
             error = RequestError(
@@ -163,13 +200,15 @@ def build_app(server: AgentServer) -> ASGIApp:
             except ClientDisconnect:
                 return Response(status_code=499)  # the client left mid-body; nobody reads this
             parsed = parse_chat_request(body)
-            job = server.prepare(parsed)
+            job = server.prepare(parsed, sample=request.scope.get("areno.sample"))
             job.deadline = loop.time() + server.timeout_s
             try:
                 await asyncio.wait_for(server.render(job), job.deadline - loop.time())
             except TimeoutError:
                 server.cancel(job, timed_out=True)
                 return JSONResponse(server.timeout_payload(), status_code=504, headers=headers)
+            if parsed.wants_stream and server.streams_tokens:
+                job.tokens = asyncio.Queue()
             future = server.submit(job)
         except RequestError as exc:
             if exc.status != 499:
@@ -253,11 +292,14 @@ def _event(payload: Any) -> str:
 async def _sse(
     server: AgentServer, job: Job, future: asyncio.Future[Any], include_usage: bool
 ) -> AsyncIterator[str]:
-    """Server-sent events for a streamed request: keep-alive comments while the completion is
-    generated, then the chunks, then ``[DONE]``. Errors after the stream has started arrive as
-    an event with an ``error`` object, which the OpenAI client raises."""
+    """Server-sent events for a streamed request: the text as it is sampled (when the engine
+    reports tokens), keep-alive comments while waiting, then the rest of each choice, its tool
+    calls and its end, then ``[DONE]``. Errors after the stream has started arrive as an event
+    with an ``error`` object, which the OpenAI client raises."""
     loop = asyncio.get_running_loop()
     finished = False
+    sampled: dict[int, list[int]] = {}
+    sent: dict[int, str] = {}
     try:
         while True:
             remaining = job.deadline - loop.time()
@@ -265,17 +307,30 @@ async def _sse(
                 server.cancel(job, timed_out=True)
                 yield _event(server.timeout_payload())
                 break
-            try:
-                status, payload = await asyncio.wait_for(
-                    asyncio.shield(future), min(remaining, SSE_KEEPALIVE_S)
-                )
-            except TimeoutError:
+            waiters: set[asyncio.Future[Any]] = {future}
+            getter = asyncio.ensure_future(job.tokens.get()) if job.tokens is not None else None
+            if getter is not None:
+                waiters.add(getter)
+            done, _ = await asyncio.wait(
+                waiters,
+                timeout=min(remaining, SSE_KEEPALIVE_S),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if getter is not None and getter not in done:
+                getter.cancel()
+            if getter is not None and getter in done:
+                for choice, delta in _text_deltas(server, job, getter.result(), sampled, sent):
+                    yield _event(_content_chunk(job, choice, delta, first=delta == sent[choice]))
+                if not future.done():
+                    continue
+            if not done:
                 yield ": keep-alive\n\n"
                 continue
+            status, payload = future.result()
             if status != 200:
                 yield _event(payload)
             else:
-                for chunk in stream_chunks(payload, include_usage=include_usage):
+                for chunk in stream_chunks(payload, include_usage=include_usage, sent=sent):
                     yield _event(chunk)
             break
         yield "data: [DONE]\n\n"
@@ -285,10 +340,53 @@ async def _sse(
             server.cancel(job, timed_out=False)
 
 
-def stream_chunks(payload: Mapping[str, Any], *, include_usage: bool) -> Iterator[dict[str, Any]]:
+def _text_deltas(
+    server: AgentServer,
+    job: Job,
+    first: tuple[int, int],
+    sampled: dict[int, list[int]],
+    sent: dict[int, str],
+) -> list[tuple[int, str]]:
+    """Take ``first`` and every token already queued; the new text per choice."""
+    entries = [first]
+    assert job.tokens is not None
+    while not job.tokens.empty():
+        entries.append(job.tokens.get_nowait())
+    for choice, token in entries:
+        sampled.setdefault(choice, []).append(token)
+    out = []
+    for choice in sorted({c for c, _ in entries}):
+        text = server.stream_text(job, sampled[choice])
+        before = sent.get(choice, "")
+        if len(text) > len(before) and text.startswith(before):
+            sent[choice] = text
+            out.append((choice, text[len(before) :]))
+    return out
+
+
+def _content_chunk(job: Job, choice: int, text: str, *, first: bool) -> dict[str, Any]:
+    delta: dict[str, Any] = {"content": text}
+    if first:
+        delta = {"role": "assistant", "content": text, "refusal": None}
+    return {
+        "id": job.response_id,
+        "object": "chat.completion.chunk",
+        "created": job.created,
+        "model": job.model,
+        "system_fingerprint": None,
+        "choices": [{"index": choice, "delta": delta, "logprobs": None, "finish_reason": None}],
+    }
+
+
+def stream_chunks(
+    payload: Mapping[str, Any], *, include_usage: bool, sent: Mapping[int, str] | None = None
+) -> Iterator[dict[str, Any]]:
     """A ``chat.completion`` payload as ``chat.completion.chunk`` objects: per choice, one
-    chunk with the whole message (role, content, tool calls, logprobs) and one with its
-    ``finish_reason`` and the ``areno`` extension; then the usage chunk when asked for."""
+    chunk with the message (role, content, tool calls with their ``index``, logprobs) and one
+    with its ``finish_reason`` and the ``areno`` extension; then the usage chunk when asked
+    for. ``sent``: the content already streamed per choice; only the rest is sent (the role
+    too only when nothing was)."""
+    sent = sent or {}
     base = {
         "id": payload["id"],
         "object": "chat.completion.chunk",
@@ -299,11 +397,13 @@ def stream_chunks(payload: Mapping[str, Any], *, include_usage: bool) -> Iterato
     extra = {"usage": None} if include_usage else {}
     for choice in payload["choices"]:
         message = choice["message"]
-        delta: dict[str, Any] = {
-            "role": "assistant",
-            "content": message.get("content"),
-            "refusal": None,
-        }
+        content, before = message.get("content"), sent.get(choice["index"], "")
+        delta: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+        if before:
+            # Streamed text is a prefix of the content unless a reply that started as text
+            # turned into a call with whitespace around it; the client then keeps what it got.
+            rest = content[len(before) :] if content and content.startswith(before) else ""
+            delta = {"content": rest} if rest else {}
         if message.get("tool_calls"):
             delta["tool_calls"] = [
                 {"index": k, **call} for k, call in enumerate(message["tool_calls"])

@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 import torch
 
+from areno_core.agentic.conversations import conversation_paths, untrained_spans
 from areno_core.agentic.records import ServedCompletion
 from areno_core.agentic.runner import abandoned_agents, run_agent_fn
 from areno_core.agentic.server import AgentServer
@@ -49,6 +50,8 @@ from areno_core.agentic.types import (
     AgentItem,
     AgentTrajectory,
     AgentTrajectoryTurn,
+    is_reward,
+    result_problem,
 )
 from areno_core.errors import UserCodeError
 from areno_core.log import get_logger, warn_once
@@ -109,6 +112,13 @@ def _leaves(value: Any, out: list[Any], problems: list[str]) -> None:
     if isinstance(value, _LEAVES):
         out.append(value)
         return
+    if is_reward(value):
+        problems.append(
+            f"the agent returned the number {value!r} without saying whose reward it is; "
+            "return it from ctx.run_each's function, as AgentTrajectory(item=item, "
+            "reward=...), or as a list with one entry per sample in batch order"
+        )
+        return
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
         problems.append(
             f"the agent returned a {type(value).__name__}; expected AgentTrajectoryTurn, "
@@ -119,13 +129,35 @@ def _leaves(value: Any, out: list[Any], problems: list[str]) -> None:
         _leaves(entry, out, problems)
 
 
-def _collect_leaves(outcome: Any) -> tuple[list[Any], list[str]]:
+def _rewards_in_order(value: Any, items: Sequence[AgentItem]) -> list[Any] | None:
+    """``value`` as one result per sample when it is a list in batch order holding rewards
+    (numbers): ``await asyncio.gather(*(play(item) for item in batch.iter_samples()))``."""
+    if not isinstance(value, list | tuple) or len(value) != len(items):
+        return None
+    if not any(is_reward(v) for v in value):
+        return None
+    out: list[Any] = []
+    for item, entry in zip(items, value, strict=True):
+        if entry is None or is_reward(entry):
+            problem = result_problem(entry)
+            if problem is not None:
+                entry = AgentFailure(item=item, kind="error", error=f"the sample {problem}")
+            else:
+                entry = AgentTrajectory(item=item, reward=None if entry is None else float(entry))
+        out.append(entry)
+    return out
+
+
+def _collect_leaves(outcome: Any, items: Sequence[AgentItem]) -> tuple[list[Any], list[str]]:
     """The leaves of a finished agent run: what it returned, or, when it failed or timed out,
     what it had yielded plus what ``run_each`` had finished."""
     leaves: list[Any] = []
     problems: list[str] = []
     if outcome.completed:
-        _leaves(outcome.values, leaves, problems)
+        values = outcome.values
+        if len(values) == 1:
+            values = _rewards_in_order(values[0], items) or values
+        _leaves(values, leaves, problems)
         return leaves, problems
     seen: set[int] = set()
     for source in (outcome.values, outcome.finished):
@@ -149,6 +181,8 @@ class _Sample:
     metadata: dict[str, Any] = attrs.Factory(dict)
     messages: list[Mapping[str, Any]] | None = None
     failure: AgentFailure | None = None
+    finished: bool = False
+    """The agent said the sample is done (a trajectory, maybe without turns, or a reward)."""
 
     def agent_reward(self) -> float | None:
         if self.reward is not None:
@@ -174,6 +208,7 @@ def _group_leaves(
         if isinstance(leaf, AgentFailure):
             sample.failure = sample.failure or leaf
         elif isinstance(leaf, AgentTrajectory):
+            sample.finished = True
             sample.turns.extend(leaf.turns)
             if leaf.reward is not None:
                 sample.reward = leaf.reward
@@ -185,7 +220,9 @@ def _group_leaves(
     return samples
 
 
-def _agent_items(items: Sequence[PromptItem], n_samples: int) -> list[AgentItem]:
+def _agent_items(
+    items: Sequence[PromptItem], n_samples: int, url: Callable[[tuple[int, int]], str]
+) -> list[AgentItem]:
     out = []
     for item in items:
         if item.messages is not None:
@@ -194,7 +231,13 @@ def _agent_items(items: Sequence[PromptItem], n_samples: int) -> list[AgentItem]
             messages = ({"role": "user", "content": item.prompt},)
         for s in range(n_samples):
             out.append(
-                AgentItem(row=item.row, messages=messages, prompt_index=item.index, sample_index=s)
+                AgentItem(
+                    row=item.row,
+                    messages=messages,
+                    prompt_index=item.index,
+                    sample_index=s,
+                    base_url=url((item.index, s)),
+                )
             )
     return out
 
@@ -228,8 +271,6 @@ def collect_agentic_groups(
             "docs/agentic.md)"
         )
     t0 = time.perf_counter()
-    agent_items = _agent_items(items, n_samples)
-    batch = AgentBatch(items=tuple(agent_items), n_samples=n_samples)
     with AgentServer(
         engine,
         tokenizer,
@@ -238,6 +279,8 @@ def collect_agentic_groups(
         timeout_s=timeout_s,
         generator=generator,
     ) as server:
+        agent_items = _agent_items(items, n_samples, server.sample_base_url)
+        batch = AgentBatch(items=tuple(agent_items), n_samples=n_samples)
         ctx = AgentContext(
             base_url=server.base_url,
             api_key=server.api_key,
@@ -249,10 +292,16 @@ def collect_agentic_groups(
     records = dict(server.records)
     t1 = time.perf_counter()
 
-    leaves, problems = _collect_leaves(outcome)
+    leaves, problems = _collect_leaves(outcome, agent_items)
     samples = _group_leaves(leaves, agent_items, problems)
     built, counts, first_error = _build(
-        samples, items, tokenizer, train_tool_results, records, max_context_len
+        samples,
+        items,
+        tokenizer,
+        train_tool_results,
+        records,
+        max_context_len,
+        completed=outcome.completed,
     )
     if problems:
         warn_once(
@@ -313,6 +362,7 @@ def collect_agentic_groups(
             "rollout/agent_history_rewrites": float(
                 sum(t.metadata["history_rewrites"] for t in kept)
             ),
+            "rollout/agent_branches": float(sum(1 for b in built if not b.main)),
             "rollout/agent_requests": server.stats["requests"],
             "rollout/agent_generate_calls": server.stats["generate_calls"],
             "time/agent": t1 - t0,
@@ -332,6 +382,10 @@ def collect_agentic_groups(
 class _Built:
     sample: _Sample
     trajectory: Trajectory
+    turns: list[AgentTrajectoryTurn]
+    """The turns the row was built from (the agent's, or made from the records)."""
+    main: bool = True
+    """The sample's row the reward function scores; the others share its reward."""
 
 
 def _build(
@@ -341,14 +395,18 @@ def _build(
     train_tool_results: bool,
     records: Mapping[str, ServedCompletion],
     max_context_len: int | None,
+    *,
+    completed: bool = True,
 ) -> tuple[list[_Built], dict[str, float], str | None]:
     built: list[_Built] = []
     counts = {"errors": 0.0, "timeouts": 0.0, "overflow": 0.0, "mismatches": 0.0}
     first_error: str | None = None
     first_mismatch: str | None = None
-    mismatches = _verify(samples, items, records)
+    served = _served_by_sample(records)
+    mismatches = _verify(samples, items, records, served)
     for key, sample in samples.items():
         problem: str | None = None
+        rows: list[_Built] = []
         if key in mismatches:
             counts["mismatches"] += 1
             first_mismatch = first_mismatch or mismatches[key]
@@ -356,27 +414,47 @@ def _build(
         if sample.failure is not None:
             problem = sample.failure.error
             counts["timeouts"] += sample.failure.kind == "timeout"
-        elif not sample.turns:
-            problem = f"the agent returned nothing for sample {key}"
+        elif not sample.turns and not served.get(key):
+            problem = (
+                f"the agent returned no turns for sample {key} and made no request through "
+                "its URL (item.base_url)"
+            )
+        elif not sample.turns and not (completed or sample.finished):
+            problem = (
+                f"sample {key} made requests through its URL but the agent function did not "
+                "finish (it failed or timed out), so the sample is not known to be done"
+            )
         else:
             try:  # from the records (verified above), never from the agent's copy
-                trajectory = build_trajectory(
-                    sample.turns, tokenizer, train_tool_results=train_tool_results, records=records
-                )
+                if sample.turns:
+                    trajectory = build_trajectory(
+                        sample.turns,
+                        tokenizer,
+                        train_tool_results=train_tool_results,
+                        records=records,
+                    )
+                    rows = [_Built(sample, trajectory, list(sample.turns))]
+                else:
+                    rows = _rows_from_records(
+                        sample, served[key], tokenizer, train_tool_results, records
+                    )
             except Exception as exc:
                 problem = "".join(traceback.format_exception(exc))
         if problem is not None:
             counts["errors"] += 1
             first_error = first_error or problem
             continue
-        if max_context_len is not None and len(trajectory.input_ids) > max_context_len:
-            counts["overflow"] += 1
-            continue
-        trajectory.prompt_index, trajectory.sample_index = (
-            sample.item.prompt_index,
-            sample.item.sample_index,
-        )
-        built.append(_Built(sample, trajectory))
+        kept = []
+        for row in rows:
+            if max_context_len is not None and len(row.trajectory.input_ids) > max_context_len:
+                counts["overflow"] += 1
+                continue
+            row.trajectory.prompt_index = sample.item.prompt_index
+            row.trajectory.sample_index = sample.item.sample_index
+            kept.append(row)
+        if kept and not any(row.main for row in kept):
+            kept[-1].main = True  # the scored row overflowed: score the latest one kept
+        built.extend(kept)
     if counts["errors"] and built:
         warn_once(
             logger,
@@ -394,6 +472,54 @@ def _build(
             first_mismatch,
         )
     return built, counts, first_error or first_mismatch
+
+
+def _served_by_sample(
+    records: Mapping[str, ServedCompletion],
+) -> dict[tuple[int, int], list[ServedCompletion]]:
+    """The records of each sample's own URL, in the order they were served."""
+    out: dict[tuple[int, int], list[ServedCompletion]] = {}
+    for record in records.values():
+        if record.sample is not None:
+            out.setdefault(record.sample, []).append(record)
+    return out
+
+
+def _rows_from_records(
+    sample: _Sample,
+    served: Sequence[ServedCompletion],
+    tokenizer: Any,
+    train_tool_results: bool,
+    records: Mapping[str, ServedCompletion],
+) -> list[_Built]:
+    """One row per linear conversation of what the sample's URL served
+    (:mod:`areno_core.agentic.conversations`); the last one served is the scored one."""
+    paths = conversation_paths(served)
+    rows = []
+    for number, (path, done) in enumerate(zip(paths, untrained_spans(paths), strict=True)):
+        turns = [
+            AgentTrajectoryTurn(
+                item=sample.item,
+                messages=records[node.response_id].messages,
+                response=node.response_id,
+                choice_index=node.choice_index,
+            )
+            for node in path
+        ]
+        trajectory = build_trajectory(
+            turns, tokenizer, train_tool_results=train_tool_results, records=records
+        )
+        shared = max((end for _, end in done), default=0)
+        for position in range(shared):  # trained in an earlier conversation already
+            trajectory.loss_mask[position] = 0
+            trajectory.rollout_logprobs[position] = 0.0
+        trajectory.metadata["tool_positions"] = [
+            p for p in trajectory.metadata["tool_positions"] if p >= shared
+        ]
+        trajectory.metadata["conversation"] = number
+        trajectory.metadata["conversations"] = len(paths)
+        rows.append(_Built(sample, trajectory, turns, main=number == len(paths) - 1))
+    return rows
 
 
 def _conversation_key(messages: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
@@ -416,23 +542,31 @@ def _verify(
     samples: Mapping[tuple[int, int], _Sample],
     items: Sequence[PromptItem],
     records: Mapping[str, ServedCompletion],
+    served: Mapping[tuple[int, int], Sequence[ServedCompletion]],
 ) -> dict[tuple[int, int], str]:
     """Why samples are rejected, by sample key:
 
     * a turn names a response the endpoint did not serve, or its ``areno`` copy differs from
-      the record (:func:`~areno_core.agentic.trajectory.turn_tokens`);
+      the record (:func:`~areno_core.agentic.trajectory.turn_tokens`), or one served through
+      another sample's URL;
     * a served choice is claimed by two samples, or twice by one (every sampled completion
       is trained on once, in one sample);
     * the sample's first request holds the prompt of another prompt of the batch and not
       its own (a response to another task, scored against this one's answer).
 
     Agents that write their own prompts (not the loader's messages) pass the last check.
+    Samples without turns are built from their own URL's records, which need only the last.
     """
     views: dict[tuple[int, int], list[TurnTokens]] = {}
     rejected: dict[tuple[int, int], str] = {}
     claims: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    firsts: dict[tuple[int, int], ServedCompletion] = {}
     for key, sample in samples.items():
-        if sample.failure is not None or not sample.turns:
+        if sample.failure is not None:
+            continue
+        if not sample.turns:
+            if served.get(key):
+                firsts[key] = served[key][0]
             continue
         try:
             views[key] = [turn_tokens(turn, records) for turn in sample.turns]
@@ -442,7 +576,14 @@ def _verify(
         except Exception:
             continue  # not readable at all: reported as an error when the row is built
         for view in views[key]:
+            owner = records[str(view.response_id)].sample
+            if owner is not None and owner != key:
+                rejected[key] = (
+                    f"sample {key}: response {view.response_id!r} was served through the URL "
+                    f"of sample {owner}"
+                )
             claims.setdefault((str(view.response_id), view.choice_index), []).append(key)
+        firsts[key] = records[str(views[key][0].response_id)]
     for (rid, index), owners in claims.items():
         if len(owners) > 1:
             for key in owners:
@@ -453,10 +594,9 @@ def _verify(
                     "belong to one turn of one sample",
                 )
     prompts = {item.index: _conversation_key(_item_messages(item)) for item in items}
-    for key, turns in views.items():
+    for key, first in firsts.items():
         if key in rejected:
             continue
-        first = records[str(turns[0].response_id)]
         asked = _conversation_key(first.messages)
         own = prompts.get(key[0], [])
         if own and _contains(asked, own):
@@ -504,6 +644,8 @@ def _reward(
     items: Sequence[PromptItem],
     records: Mapping[str, ServedCompletion],
 ) -> int:
+    """Reward every row: the agent's reward when it gave one, else the reward function's
+    score of the sample's main row; the other rows of a sample share it."""
     by_index = {item.index: item for item in items}
     to_score: list[tuple[_Built, RewardRecord]] = []
     for entry in built:
@@ -511,10 +653,10 @@ def _reward(
         prompt_item = by_index[sample.item.prompt_index]
         record = trajectory_record(
             trajectory,
-            sample.turns,
+            entry.turns,
             tokenizer,
             item=sample.item,
-            messages=sample.messages,
+            messages=sample.messages if entry.main else None,
             answer=prompt_item.answer,
             solutions=prompt_item.solutions,
             metadata=sample.metadata,
@@ -525,14 +667,20 @@ def _reward(
         if reward is not None:
             trajectory.reward = float(reward)
             trajectory.metadata["reward_source"] = "agent"
-        else:
+        elif entry.main:
             to_score.append((entry, record))
     if not to_score:
         return 0
     rewards, errors = scorer.score([record for _, record in to_score])
+    scored: dict[tuple[int, int], float] = {}
     for (entry, _), reward in zip(to_score, rewards, strict=True):
         entry.trajectory.reward = reward
         entry.trajectory.metadata["reward_source"] = "reward_fn"
+        scored[entry.sample.item.key] = reward
+    for entry in built:
+        if not entry.main and entry.sample.agent_reward() is None:
+            entry.trajectory.reward = scored[entry.sample.item.key]
+            entry.trajectory.metadata["reward_source"] = "reward_fn (shared)"
     return errors
 
 

@@ -53,6 +53,9 @@ class ServedCompletion:
     messages: tuple[Mapping[str, Any], ...]
     tools: tuple[Mapping[str, Any], ...]
     choices: tuple[ServedChoice, ...]
+    sample: tuple[int, int] | None = None
+    """The sample whose URL the request came through (``AgentItem.key``); None for the
+    shared URL."""
 
 
 __all__ = ["ServedChoice", "ServedCompletion"]

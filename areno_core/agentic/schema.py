@@ -55,9 +55,11 @@ def error_payload(
 
 class _Strict(BaseModel):
     """Unknown keys are refused: the OpenAI API refuses them too, and silently ignoring one
-    could change what the caller thinks it asked for."""
+    could change what the caller thinks it asked for. Types are strict as well, as OpenAI's
+    are: ``"max_tokens": "10"`` or ``"stream": 1`` are refused, not coerced (an integer is
+    still a valid float)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class _Lenient(BaseModel):

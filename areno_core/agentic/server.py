@@ -25,6 +25,11 @@ follow the OpenAI schema (:mod:`areno_core.agentic.schema`). A request goes thro
    cancelled: it is dropped if its generation has not started (a running ``generate`` call
    cannot be interrupted; its result is then discarded).
 
+Each sample of a step may get its own base URL (:meth:`AgentServer.sample_base_url`,
+``http://127.0.0.1:<port>/sample/<id>/v1``): what is served through it is recorded as that
+sample's (``ServedCompletion.sample``), so an agent written with any framework needs to return
+nothing but a reward (see docs/agentic.md).
+
 Every served choice is kept in :attr:`AgentServer.records` (by response id) and is returned
 with an ``areno`` extension field (prompt and completion token ids, logprobs, prompt spans);
 see docs/agentic.md. When a request repeats an assistant message this server returned, after
@@ -39,6 +44,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import inspect
 import json
 import os
 import secrets
@@ -54,6 +60,12 @@ from typing import Any
 import attrs
 import torch
 
+from areno_core.agentic.asgi import SAMPLE_PREFIX, build_app
+from areno_core.agentic.http_protocol import (
+    HEAD_TIMEOUT_S,
+    MAX_OPEN_CONNECTIONS,
+    protocol_class,
+)
 from areno_core.agentic.prompt import Prompt, PromptBuilder
 from areno_core.agentic.records import ServedChoice, ServedCompletion
 from areno_core.agentic.schema import (
@@ -101,6 +113,26 @@ class Job:
     started: bool = False
     future: asyncio.Future[tuple[int, dict[str, Any]]] | None = None
     loop: asyncio.AbstractEventLoop | None = None
+    sample: tuple[int, int] | None = None
+    """The sample whose URL the request came through (None: the shared URL)."""
+    tokens: asyncio.Queue[tuple[int, int]] | None = None
+    response_id: str = attrs.Factory(lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    created: int = attrs.Factory(lambda: int(time.time()))
+    """Streamed requests on an engine that reports tokens as they are sampled: ``(choice,
+    token id)`` as they come (see :meth:`AgentServer.stream_text`)."""
+
+    def push_tokens(self, entries: list[tuple[int, int]]) -> None:
+        """Hand sampled tokens to the streaming handler (from the scheduler thread)."""
+        queue, loop = self.tokens, self.loop
+        if queue is None or loop is None or self.cancelled:
+            return
+
+        def put() -> None:
+            for entry in entries:
+                queue.put_nowait(entry)
+
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            loop.call_soon_threadsafe(put)
 
     def resolve(self, status: int, payload: dict[str, Any]) -> None:
         """Hand the answer to the waiting request handler (from any thread)."""
@@ -130,7 +162,9 @@ class AgentServer:
     Limits: ``max_body_bytes`` per request body (``413`` above it, checked before the body is
     read), ``body_timeout_s`` to receive a body (``408``), ``max_prompt_tokens`` per prompt
     (default: the engine's own limit; ``400`` with code ``context_length_exceeded`` above it,
-    checked before generation), ``max_connections`` open at once (``503`` beyond).
+    checked before generation), ``max_connections`` authenticated requests in flight (``503``
+    beyond), ``head_timeout_s`` to receive a request's headers (the connection is closed) and
+    ``max_open_connections`` open at once (:mod:`areno_core.agentic.http_protocol`).
     """
 
     def __init__(
@@ -151,10 +185,20 @@ class AgentServer:
         body_timeout_s: float = 30.0,
         max_connections: int = 1024,
         render_threads: int = 2,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
+        max_open_connections: int = MAX_OPEN_CONNECTIONS,
         port: int = 0,
     ) -> None:
-        if timeout_s <= 0 or body_timeout_s <= 0:
-            raise ValueError(f"timeouts must be positive, got {timeout_s}, {body_timeout_s}")
+        if timeout_s <= 0 or body_timeout_s <= 0 or head_timeout_s <= 0:
+            raise ValueError(
+                f"timeouts must be positive, got timeout_s={timeout_s}, "
+                f"body_timeout_s={body_timeout_s}, head_timeout_s={head_timeout_s}"
+            )
+        if max_connections < 1 or max_open_connections < 1:
+            raise ValueError(
+                f"connection limits must be at least 1, got max_connections={max_connections}, "
+                f"max_open_connections={max_open_connections}"
+            )
         self.engine = engine
         self.tokenizer = tokenizer
         if sampling_defaults.seed is not None:
@@ -172,10 +216,17 @@ class AgentServer:
         self.api_key = api_key or f"areno-{secrets.token_urlsafe(24)}"
         self.max_body_bytes = int(max_body_bytes)
         self.max_connections = int(max_connections)
+        self.head_timeout_s = float(head_timeout_s)
+        self.max_open_connections = int(max_open_connections)
+        self.in_flight = 0  # authenticated requests being served (the HTTP thread's count)
         self.max_prompt_tokens = (
             max_prompt_tokens if max_prompt_tokens is not None else _engine_prompt_limit(engine)
         )
         self.records: dict[str, ServedCompletion] = {}
+        self.streams_tokens = _accepts(engine.generate, "on_tokens")
+        """The engine reports tokens as it samples them, so ``stream: true`` sends them then."""
+        self._samples: dict[str, tuple[int, int]] = {}  # URL segment -> sample key
+        self._sample_segments: dict[tuple[int, int], str] = {}
         self.stats: dict[str, float] = dict.fromkeys(
             ("requests", "errors", "completions", "generate_calls", "prompt_tokens",
              "completion_tokens", "reused_prefixes", "max_batch", "cancelled", "timeouts"),
@@ -211,12 +262,30 @@ class AgentServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def sample_base_url(self, key: tuple[int, int]) -> str:
+        """The base URL of sample ``key`` (``AgentItem.key``): requests through it are
+        attributed to that sample in :attr:`records` (``ServedCompletion.sample``), so rows
+        can be built for it from the records alone (:meth:`sample_records`)."""
+        key = (int(key[0]), int(key[1]))
+        segment = self._sample_segments.get(key)
+        if segment is None:
+            segment = f"{key[0]}.{key[1]}-{secrets.token_urlsafe(6)}"
+            self._sample_segments[key] = segment
+            self._samples[segment] = key
+        return f"http://127.0.0.1:{self.port}{SAMPLE_PREFIX}{segment}/v1"
+
+    def sample_of(self, segment: str) -> tuple[int, int] | None:
+        """The sample a URL segment names (None: no such sample)."""
+        return self._samples.get(segment)
+
+    def sample_records(self, key: tuple[int, int]) -> list[ServedCompletion]:
+        """What this server served through sample ``key``'s URL, in the order it was served."""
+        return [record for record in list(self.records.values()) if record.sample == key]
+
     def start(self) -> AgentServer:
         if self._uvicorn is not None:
             raise RuntimeError("AgentServer.start() called twice")
         import uvicorn
-
-        from areno_core.agentic.asgi import build_app
 
         _bypass_proxy_for_loopback()
         if self.max_prompt_tokens is not None and self._max_prompt_chars is None:
@@ -225,19 +294,21 @@ class AgentServer:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self._bind_port))
-        sock.listen(128)
+        sock.listen(2048)
         self._socket, self._port = sock, int(sock.getsockname()[1])
         config = uvicorn.Config(
             build_app(self),
             loop="asyncio",
-            http="h11",
+            http=protocol_class(
+                head_timeout_s=self.head_timeout_s, max_open=self.max_open_connections
+            ),
             ws="none",
             lifespan="off",
             log_config=None,
             access_log=False,
             timeout_keep_alive=30,
             timeout_graceful_shutdown=2,
-            limit_concurrency=self.max_connections,
+            limit_concurrency=None,  # counted by the app, authenticated requests only
             h11_max_incomplete_event_size=64 * 1024,
         )
         self._uvicorn = uvicorn.Server(config)
@@ -322,9 +393,9 @@ class AgentServer:
 
     # -- request side (the event loop of the HTTP thread) -----------------------------------
 
-    def prepare(self, request: ChatRequest) -> Job:
+    def prepare(self, request: ChatRequest, *, sample: tuple[int, int] | None = None) -> Job:
         """Turn a validated request into a job; refuses what cannot be served, cheaply (no
-        rendering, no tokenisation)."""
+        rendering, no tokenisation). ``sample``: the sample whose URL it came through."""
         messages = template_messages(request)
         tools = template_tools(request)
         total = content_chars(messages, tools)
@@ -361,6 +432,7 @@ class AgentServer:
             prefill=prefill,
             model=request.model,
             top_logprobs=top,
+            sample=sample,
         )
 
     async def render(self, job: Job) -> None:
@@ -534,8 +606,11 @@ class AgentServer:
             return
         sampling, n = members[0].sampling, members[0].n
         prompts = [list(job.prompt.ids) for job in members if job.prompt is not None]
+        extra: dict[str, Any] = {}
+        if self.streams_tokens and any(job.tokens is not None for job in members):
+            extra["on_tokens"] = functools.partial(_route_tokens, members)
         try:
-            outputs = self.engine.generate(prompts, seeded(sampling, self.generator), n=n)
+            outputs = self.engine.generate(prompts, seeded(sampling, self.generator), n=n, **extra)
         except Exception as exc:
             logger.exception("agent endpoint: engine.generate failed")
             for job in members:
@@ -570,8 +645,7 @@ class AgentServer:
     def _respond(
         self, job: Job, prompt: Prompt, completions: Sequence[Completion]
     ) -> dict[str, Any]:
-        response_id = f"chatcmpl-{uuid.uuid4().hex}"
-        created = int(time.time())
+        response_id, created = job.response_id, job.created
         choices = tuple(self._choice(i, job, prompt, c) for i, c in enumerate(completions))
         record = ServedCompletion(
             id=response_id,
@@ -580,6 +654,7 @@ class AgentServer:
             messages=tuple(job.messages),
             tools=tuple(job.tools),
             choices=choices,
+            sample=job.sample,
         )
         self.records[response_id] = record
         for choice in choices:
@@ -704,8 +779,55 @@ class AgentServer:
                 lo = mid + 1
         return hi
 
+    def stream_text(self, job: Job, tokens: Sequence[int]) -> str:
+        """The text of the sampled ``tokens`` that can be streamed now: what the final message
+        will surely start with. Held back: an unfinished UTF-8 character, everything from a
+        ``<tool_call>`` block (or a suffix that may start one) or a stop string (or a suffix
+        that may start one) on, trailing whitespace when tool calls are parsed (the content
+        before a call is stripped), and all of a reply that may be a plain-JSON call or that
+        continues a forced call."""
+        if job.prefill:
+            return ""
+        text = self._decode(list(tokens)).rstrip("\ufffd")
+        markers = list(job.stops)
+        if job.parse_tools:
+            if text.lstrip().startswith(("{", "[", "```")):
+                return ""
+            markers.append(TOOL_CALL_OPEN)
+        found = [text.find(m) for m in markers]
+        cut = min((f for f in found if f >= 0), default=-1)
+        if cut >= 0:
+            text = text[:cut]
+        else:
+            for marker in markers:
+                for k in range(min(len(marker) - 1, len(text)), 0, -1):
+                    if text.endswith(marker[:k]):
+                        text = text[:-k]
+                        break
+        return text.rstrip() if job.parse_tools else text
+
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+TOOL_CALL_OPEN = "<tool_call>"
+
+
+def _accepts(fn: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _route_tokens(members: Sequence[Job], entries: list[tuple[int, int, int]]) -> None:
+    """``on_tokens`` of one generate() call: each ``(prompt, sample, token)`` to its job."""
+    by_job: dict[int, list[tuple[int, int]]] = {}
+    for prompt, sample, token in entries:
+        if 0 <= prompt < len(members) and members[prompt].tokens is not None:
+            by_job.setdefault(prompt, []).append((sample, token))
+    for prompt, tokens in by_job.items():
+        members[prompt].push_tokens(tokens)
 
 
 def _engine_prompt_limit(engine: Any) -> int | None:
@@ -831,6 +953,7 @@ def _bypass_proxy_for_loopback() -> None:
 
 __all__ = [
     "MAX_BODY_BYTES",
+    "SAMPLE_PREFIX",
     "AgentServer",
     "Job",
     "RequestError",

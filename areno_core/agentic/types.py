@@ -1,5 +1,19 @@
 """The objects an agent function sees and returns.
 
+Any OpenAI-compatible client or agent framework pointed at a sample's own URL,
+``ctx.get_base_url(item)``, is enough: the endpoint records what it serves to each sample, so
+the per-sample function may return only a reward (or nothing, for the run's reward function)::
+
+    async def run_agent(ctx, batch):
+        async def play(item):
+            llm = ChatOpenAI(model=ctx.model, base_url=ctx.get_base_url(item), api_key=ctx.api_key)
+            ...  # any framework, any number of turns and tool calls
+            return reward
+
+        return await ctx.run_each(batch, play)
+
+Agents may also return the turns themselves, naming each response they received:
+
     async def run_agent(ctx: AgentContext, batch: AgentBatch):
         client = openai.AsyncOpenAI(base_url=ctx.get_base_url(), api_key=ctx.api_key)
         turns = []
@@ -25,6 +39,9 @@ let :meth:`AgentContext.run_each` drive a per-sample coroutine::
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
+import threading
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
@@ -40,6 +57,9 @@ class AgentItem:
     messages: tuple[Mapping[str, Any], ...]
     prompt_index: int
     sample_index: int
+    base_url: str = attrs.field(default="", eq=False)
+    """This sample's own endpoint URL: every request through it is recorded as this
+    sample's, so the agent may return just a reward, or nothing (see docs/agentic.md)."""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -60,7 +80,11 @@ class AgentContext:
     """What :meth:`run_each` has finished so far. When ``run_agent`` as a whole times out or
     raises, the core still keeps these results (and counts the other samples as failed)."""
 
-    def get_base_url(self) -> str:
+    def get_base_url(self, item: AgentItem | None = None) -> str:
+        """The endpoint URL: ``item``'s own (requests through it are recorded as that
+        sample's) when given, else the shared one."""
+        if item is not None and item.base_url:
+            return item.base_url
         return self.base_url
 
     async def run_each(
@@ -70,8 +94,14 @@ class AgentContext:
         *,
         max_concurrency: int | None = None,
         timeout_s: float | None = None,
+        isolate: bool = False,
     ) -> list[Any]:
         """Run ``await fn(item)`` for every sample of ``batch`` concurrently.
+
+        ``fn`` returns the sample's turns (a turn, a trajectory, a list of them), its reward
+        (a number: the rows are built from what ``item.base_url`` served) or None (the same,
+        scored by the run's reward function); numbers and None come back as
+        ``AgentTrajectory(item=item, reward=...)`` without turns.
 
         At most ``max_concurrency`` (default: ``self.max_concurrency``) samples run at once and
         each gets ``timeout_s`` seconds (default: ``self.timeout_s``). A sample that raises,
@@ -81,8 +111,13 @@ class AgentContext:
 
         The per-sample timeout interrupts ``await`` points only: code that blocks the event
         loop (``time.sleep``, a synchronous HTTP client, ``subprocess.run``) stalls every
-        sample until it returns. Run such calls with ``await asyncio.to_thread(...)``. The
-        deadline of the whole agent function holds regardless (see docs/agentic.md).
+        sample until it returns. Run such calls with ``await asyncio.to_thread(...)``, or pass
+        ``isolate=True``: each sample then runs on a thread with an event loop of its own, so a
+        sample that blocks is dropped at its timeout (an :class:`AgentFailure`) while the others
+        finish. With ``isolate=True``, ``fn`` must create what it awaits on (the OpenAI client,
+        the framework's model object) itself, not share one made outside: an async client
+        belongs to the event loop it is used on. The deadline of the whole agent function
+        holds regardless (see docs/agentic.md).
         """
         limit = asyncio.Semaphore(max(1, max_concurrency or self.max_concurrency))
         budget = self.timeout_s if timeout_s is None else timeout_s
@@ -90,7 +125,10 @@ class AgentContext:
         async def one(item: AgentItem) -> Any:
             async with limit:
                 try:
-                    result: Any = await asyncio.wait_for(fn(item), budget)
+                    if isolate:
+                        result: Any = await run_isolated(fn, item, budget)
+                    else:
+                        result = await asyncio.wait_for(fn(item), budget)
                 except TimeoutError:
                     result = AgentFailure(
                         item=item, kind="timeout", error=f"sample timed out after {budget:g} s"
@@ -102,26 +140,96 @@ class AgentContext:
             problem = result_problem(result)
             if problem is not None:
                 result = AgentFailure(item=item, kind="error", error=f"the sample {problem}")
+            elif result is None or is_reward(result):
+                result = AgentTrajectory(
+                    item=item, reward=None if result is None else float(result)
+                )
             self.finished.append(result)
             return result
 
         return list(await asyncio.gather(*(one(item) for item in batch.iter_samples())))
 
 
+ISOLATED_GRACE_S = 2.0
+
+
+async def run_isolated(
+    fn: Callable[[AgentItem], Awaitable[Any]], item: AgentItem, budget: float
+) -> Any:
+    """``await fn(item)`` on a thread with an event loop of its own, within ``budget``
+    seconds. At the deadline (or when the caller is cancelled) the sample's task is cancelled;
+    if its thread is still blocked ``ISOLATED_GRACE_S`` later, it is left to end on its own and
+    :class:`TimeoutError` is raised all the same. Python cannot kill a thread."""
+    caller = asyncio.get_running_loop()
+    answer: asyncio.Future[tuple[bool, Any]] = caller.create_future()
+    inner: dict[str, Any] = {}
+
+    def deliver(outcome: tuple[bool, Any]) -> None:
+        if not answer.done():
+            answer.set_result(outcome)
+
+    async def main() -> Any:
+        inner["loop"], inner["task"] = asyncio.get_running_loop(), asyncio.current_task()
+        return await fn(item)
+
+    def target() -> None:
+        try:
+            outcome: tuple[bool, Any] = (True, asyncio.run(main()))
+        except BaseException as exc:
+            outcome = (False, exc)
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed
+            caller.call_soon_threadsafe(deliver, outcome)
+
+    def cancel() -> None:
+        loop, task = inner.get("loop"), inner.get("task")
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
+                loop.call_soon_threadsafe(task.cancel)
+
+    threading.Thread(target=target, name=f"areno-sample-{item.key}", daemon=True).start()
+    try:
+        ok, value = await asyncio.wait_for(asyncio.shield(answer), budget)
+    except TimeoutError:
+        cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(answer), ISOLATED_GRACE_S)
+        raise TimeoutError from None
+    except asyncio.CancelledError:
+        cancel()
+        raise
+    if not ok:
+        if isinstance(value, asyncio.CancelledError):
+            raise RuntimeError("the sample's task was cancelled") from None
+        raise value
+    return value
+
+
+def is_reward(value: Any) -> bool:
+    """Whether ``value`` is a reward an agent returned: a real number (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def result_problem(value: Any) -> str | None:
     """Why ``value`` is not something an agent may return for a sample (None when it is): a
-    turn, a trajectory, a failure, None, or a list or tuple of those."""
+    turn, a trajectory, a failure, None, a reward (a number), or a list or tuple of turns,
+    trajectories and failures."""
     if value is None or isinstance(value, AgentTrajectoryTurn | AgentTrajectory | AgentFailure):
+        return None
+    if is_reward(value):
+        if not math.isfinite(value):
+            return f"returned the reward {value!r}; a reward must be a finite number"
         return None
     if isinstance(value, list | tuple):
         for entry in value:
+            if is_reward(entry):
+                return "returned a list holding a number; return the reward alone"
             problem = result_problem(entry)
             if problem is not None:
                 return problem
         return None
     return (
-        f"returned a {type(value).__name__}; expected AgentTrajectoryTurn, AgentTrajectory, "
-        "AgentFailure, None, or a list of them"
+        f"returned a {type(value).__name__}; expected a reward (a number), None, "
+        "AgentTrajectoryTurn, AgentTrajectory, AgentFailure, or a list of turns"
     )
 
 
@@ -161,10 +269,11 @@ class AgentTrajectoryTurn:
 
 @attrs.frozen
 class AgentTrajectory:
-    """All turns of one sample, in order."""
+    """All turns of one sample, in order. Without turns, the sample's rows are built from what
+    its own URL (``item.base_url``) served, and ``reward`` (when set) is shared by them."""
 
     item: AgentItem
-    turns: Sequence[AgentTrajectoryTurn]
+    turns: Sequence[AgentTrajectoryTurn] = ()
     reward: float | None = None
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
     messages: Sequence[Mapping[str, Any]] = ()

@@ -51,7 +51,7 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -80,6 +80,10 @@ from areno_core.rollout.sampling import (
 )
 from areno_core.types import Completion, FinishReason, SamplingParams
 from areno_core.validators import number
+
+TokenCallback = Callable[[list[tuple[int, int, int]]], None]
+"""``on_tokens`` of :meth:`NativeEngine.generate`: ``(prompt index, sample index, token id)``
+for every row that sampled a token in one step."""
 
 logger = get_logger(__name__)
 
@@ -508,9 +512,12 @@ class _Generation:
         *,
         skip_ahead: int = 0,
         stop: bool = True,
+        on_tokens: TokenCallback | None = None,
     ) -> None:
         self.engine = engine
         self.store = store
+        self.n = n
+        self.on_tokens = on_tokens
         self.lean = engine._lean_decoder()
         # Shared-prompt layout: each prompt's keys/values once per group of its n samples.
         # Only with the lean forward pass and eager decode steps (not with CUDA graphs).
@@ -716,6 +723,14 @@ class _Generation:
         """Append one sampled token to each row; finish rows that stopped; return them."""
         host = torch.stack((tokens.double(), logprobs.double())).cpu().numpy()  # the one sync
         token_np = host[0].astype(np.int64)
+        if self.on_tokens is not None:
+            requests = self.row_request[rows]
+            self.on_tokens(
+                [
+                    (int(self.req_prompt[q]), int(q % self.n), int(t))
+                    for q, t in zip(requests.tolist(), token_np.tolist(), strict=True)
+                ]
+            )
         counts = self.row_count[rows]
         self.history_tokens[rows, counts] = token_np
         self.history_logprobs[rows, counts] = host[1]
@@ -898,11 +913,14 @@ class NativeEngine:
         sampling: SamplingParams,
         *,
         n: int = 1,
+        on_tokens: TokenCallback | None = None,
     ) -> list[list[Completion]]:
         """Sample ``n`` completions for each prompt (token ids). See the module docstring.
 
         The random stream comes from ``sampling.seed`` when set, else one draw from torch's
-        global generator.
+        global generator. ``on_tokens`` (optional; the agent endpoint streams with it) is
+        called after every prefill and decode step, on this thread, with one ``(prompt index,
+        sample index, token id)`` per row that sampled a token.
         """
         validate_sampling(sampling)
         if n < 1:
@@ -928,7 +946,9 @@ class NativeEngine:
         if kept:
             seed = sampling.seed if sampling.seed is not None else draw_seed()
             with self._rollout_mode():
-                run = _Generation(self, self._get_store(), prompts, kept, sampling, n, seed)
+                run = _Generation(
+                    self, self._get_store(), prompts, kept, sampling, n, seed, on_tokens=on_tokens
+                )
                 raw = run.run()
             self._fill_results(results, prompts, run, raw, n)
         self._update_stats(prompts, kept, results, run, time.perf_counter() - began)

@@ -242,9 +242,30 @@ def test_web_ui_bad_content_length_is_answered_not_dropped(
 ) -> None:
     base, _ = ui(lambda state: {"role": "assistant", "content": ""})
     started = time.monotonic()
-    got, _, payload = _raw(base, _post_head(base, length), body)
-    assert got == status and "error" in json.loads(payload)
+    got, headers, payload = _raw(base, _post_head(base, length), body)
+    assert got == status, payload
+    if headers.get("content-type") == "application/json":
+        assert "error" in json.loads(payload)
+    else:  # refused by the HTTP parser itself, before the app
+        assert b"Invalid HTTP request" in payload
     assert time.monotonic() - started < 5.0
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "Host: evil.example:80\r\n",  # which Host is meant is ambiguous
+        "Content-Length: 999\r\n",  # so is where the body ends
+        "Content-Length: 12\r\n",
+    ],
+)
+def test_web_ui_duplicate_host_or_content_length_is_refused(ui: Any, extra: str) -> None:
+    base, session = ui(lambda state: {"role": "assistant", "content": ""})
+    before = session.snapshot()["state"]
+    body = json.dumps({"seed": 5}).encode()
+    got, _, _ = _raw(base, _post_head(base, str(len(body))) + extra, body)
+    assert got == 400
+    assert session.snapshot()["state"] == before
 
 
 def test_web_ui_same_origin_post_from_the_page_is_served(ui: Any) -> None:

@@ -29,6 +29,12 @@ HTTP API (JSON in and out; errors are ``{"error": "..."}`` with a 4xx/5xx status
                           every turn) and continues the game from its end
 ========================  ===================================================================
 
+The server is a Starlette app served by uvicorn (the agent endpoint's stack), with a deadline
+of ``BODY_TIMEOUT_S`` on every request head
+(:mod:`areno_core.agentic.http_protocol`); the game's methods, which may wait on the model,
+run on worker threads. A request with two ``Host``, ``Content-Length``, ``Origin`` or
+``Content-Type`` headers is refused (``400``): which one is meant would be ambiguous.
+
 Requests from other sites are refused: a request must name this server in its ``Host`` header
 (``127.0.0.1``/``localhost`` and the bound address, on the bound port: DNS rebinding cannot
 reach it under another name), a POST must come from this page's own origin when it says where
@@ -48,16 +54,25 @@ the start of a game, so any generated position can be played from here.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
+import socket
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 
+import uvicorn
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from areno_core.agentic.http_protocol import protocol_class
 from areno_recipes_agentic.agents import assistant_message
 from areno_recipes_agentic.duelgrid.episode import (
     applied_prefix,
@@ -369,153 +384,164 @@ def allowed_hosts(host: str, port: int, extra: Sequence[str] = ()) -> frozenset[
     return frozenset(f"{name}:{port}".lower() for name in names)
 
 
-def make_handler(
-    session: GameSession, hosts: frozenset[str] | None = None
-) -> type[BaseHTTPRequestHandler]:
-    """A request handler class bound to ``session``, answering only ``hosts`` (``Host``
-    header values; None: any, for tests that build the handler without a server)."""
+SECURITY_HEADERS = {
+    "cache-control": "no-store",
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "content-security-policy": "default-src 'self'; frame-ancestors 'none'",
+}
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "DuelGridUI/1"
-        timeout = BODY_TIMEOUT_S  # socket timeout: a stalled body cannot hold a thread
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet by default
-            return
-
-        def _refusal(self, *, post: bool) -> RequestError | None:
-            """Why a request from another site (or a rebound DNS name) is refused."""
-            host = (self.headers.get("Host") or "").strip().lower()
-            if hosts is not None and host not in hosts:
-                return RequestError(f"Host {host!r} is not served here", HTTPStatus.FORBIDDEN)
-            if (self.headers.get("Sec-Fetch-Site") or "").lower() == "cross-site":
-                return RequestError("cross-site requests are refused", HTTPStatus.FORBIDDEN)
-            origin = self.headers.get("Origin")
-            if origin is not None and origin.strip().lower() != f"http://{host}":
-                return RequestError(
-                    f"requests from origin {origin!r} are refused", HTTPStatus.FORBIDDEN
-                )
-            if post:
-                kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-                if kind != "application/json":
-                    return RequestError(
-                        "send the body as Content-Type: application/json",
-                        HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
-                    )
-            return None
-
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            refusal = self._refusal(post=False)
-            if refusal is not None:
-                self._json(refusal.status, {"error": str(refusal)})
-            elif path == "/favicon.ico":
-                self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
-            elif path in STATIC_FILES:
-                name, kind = STATIC_FILES[path]
-                body = resources.files(__package__).joinpath("static", name).read_bytes()
-                self._send(HTTPStatus.OK, body, kind)
-            elif path == "/api/state":
-                self._json(HTTPStatus.OK, session.snapshot())
-            else:
-                self._json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {path}"})
-
-        def do_POST(self) -> None:
-            path = self.path.split("?", 1)[0]
-            refusal = self._refusal(post=True)
-            if refusal is not None:
-                self.close_connection = True  # the body, if any, is left unread
-                self._json(refusal.status, {"error": str(refusal)})
-                return
-            try:
-                body = self._body()
-                extra: dict[str, Any] = {}
-                if path == "/api/new":
-                    session.new_game(
-                        seed=_opt_int(body, "seed"),
-                        size=_opt_int(body, "size") or 7,
-                        first=str(body.get("first", "user")),
-                    )
-                elif path == "/api/user_action":
-                    if body.get("end_turn"):
-                        session.end_user_turn()
-                    elif "action" in body:
-                        extra["events"] = [e.to_dict() for e in session.user_action(body["action"])]
-                    else:
-                        raise RequestError("send {'action': {...}} or {'end_turn': true}")
-                elif path == "/api/agent_turn":
-                    extra = session.agent_turn()
-                elif path == "/api/replay":
-                    if "record" in body:
-                        record = body["record"]
-                        if not isinstance(record, Mapping):
-                            raise RequestError("'record' must be an object")
-                    elif isinstance(body.get("jsonl"), str):
-                        record = parse_record_lines(body["jsonl"], _opt_int(body, "index") or 0)
-                    else:
-                        raise RequestError("send {'jsonl': text, 'index': n} or {'record': {...}}")
-                    extra["frames"] = session.load_replay(record)
-                else:
-                    raise RequestError(f"no such endpoint: {path}", HTTPStatus.NOT_FOUND)
-            except RequestError as exc:
-                self._json(exc.status, {"error": str(exc), **session.snapshot()})
-                return
-            self._json(HTTPStatus.OK, {**session.snapshot(), **extra})
-
-        def _body(self) -> dict[str, Any]:
-            if self.headers.get("Transfer-Encoding"):
-                self.close_connection = True
-                raise RequestError(
-                    "send the body with a Content-Length header", HTTPStatus.LENGTH_REQUIRED
-                )
-            declared = (self.headers.get("Content-Length") or "0").strip()
-            if not declared.isdigit():
-                self.close_connection = True
-                raise RequestError(f"malformed Content-Length header {declared!r}")
-            length = int(declared)
-            if length > MAX_BODY_BYTES:
-                self.close_connection = True
-                raise RequestError(
-                    f"request body too large (at most {MAX_BODY_BYTES} bytes)",
-                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                )
-            try:
-                raw = self.rfile.read(length) if length else b"{}"
-            except TimeoutError as exc:
-                self.close_connection = True
-                raise RequestError(
-                    f"the request body did not arrive within {BODY_TIMEOUT_S:g} s",
-                    HTTPStatus.REQUEST_TIMEOUT,
-                ) from exc
-            if len(raw) < length:
-                self.close_connection = True
-                raise RequestError("the request body ended early")
-            try:
-                data = json.loads(raw or b"{}")
-            except ValueError as exc:
-                raise RequestError(f"the request body is not JSON: {exc}") from exc
-            if not isinstance(data, dict):
-                raise RequestError("the request body must be a JSON object")
-            return data
-
-        def _json(self, status: HTTPStatus, data: Any) -> None:
-            body = json.dumps(data, default=str).encode()
-            self._send(status, body, "application/json")
-
-        def _send(self, status: HTTPStatus, body: bytes, kind: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("X-Frame-Options", "DENY")
-            self.send_header("Referrer-Policy", "no-referrer")
-            self.send_header(
-                "Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'"
+def _refusal(request: Request, hosts: frozenset[str] | None, *, post: bool) -> RequestError | None:
+    """Why a request from another site (or a rebound DNS name, or with ambiguous framing) is
+    refused; None when it is served."""
+    headers = request.headers
+    for name in ("host", "content-length", "origin", "content-type"):
+        if len(headers.getlist(name)) > 1:
+            return RequestError(f"the request has more than one {name!r} header")
+    host = (headers.get("host") or "").strip().lower()
+    if hosts is not None and host not in hosts:
+        return RequestError(f"Host {host!r} is not served here", HTTPStatus.FORBIDDEN)
+    if (headers.get("sec-fetch-site") or "").lower() == "cross-site":
+        return RequestError("cross-site requests are refused", HTTPStatus.FORBIDDEN)
+    origin = headers.get("origin")
+    if origin is not None and origin.strip().lower() != f"http://{host}":
+        return RequestError(f"requests from origin {origin!r} are refused", HTTPStatus.FORBIDDEN)
+    if post:
+        kind = (headers.get("content-type") or "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            return RequestError(
+                "send the body as Content-Type: application/json",
+                HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
             )
-            self.end_headers()
-            self.wfile.write(body)
+        if headers.get("transfer-encoding"):
+            return RequestError(
+                "send the body with a Content-Length header", HTTPStatus.LENGTH_REQUIRED
+            )
+        declared = (headers.get("content-length") or "0").strip()
+        if not declared.isdigit():
+            return RequestError(f"malformed Content-Length header {declared!r}")
+        if int(declared) > MAX_BODY_BYTES:
+            return RequestError(
+                f"request body too large (at most {MAX_BODY_BYTES} bytes)",
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            )
+    return None
 
-    return Handler
+
+def build_app(session: GameSession, hosts: frozenset[str] | None = None) -> Starlette:
+    """The UI's Starlette app for ``session``, answering only ``hosts`` (``Host`` header
+    values; None: any, for tests that build the app without a server)."""
+
+    def send(status: HTTPStatus, body: bytes, kind: str, *, close: bool = False) -> Response:
+        headers = {**SECURITY_HEADERS, **({"connection": "close"} if close else {})}
+        return Response(body, status_code=int(status), media_type=kind, headers=headers)
+
+    def send_json(status: HTTPStatus, data: Any, *, close: bool = False) -> Response:
+        body = json.dumps(data, default=str).encode()
+        return send(status, body, "application/json", close=close)
+
+    async def get(request: Request) -> Response:
+        path = request.url.path
+        refusal = _refusal(request, hosts, post=False)
+        if refusal is not None:
+            return send_json(refusal.status, {"error": str(refusal)})
+        if path == "/favicon.ico":
+            return send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
+        if path in STATIC_FILES:
+            name, kind = STATIC_FILES[path]
+            body = resources.files(__package__).joinpath("static", name).read_bytes()
+            return send(HTTPStatus.OK, body, kind)
+        if path == "/api/state":
+            return send_json(HTTPStatus.OK, await run_in_threadpool(session.snapshot))
+        return send_json(HTTPStatus.NOT_FOUND, {"error": f"no such page: {path}"})
+
+    async def post(request: Request) -> Response:
+        refusal = _refusal(request, hosts, post=True)
+        if refusal is not None:  # the body, if any, is left unread
+            return send_json(refusal.status, {"error": str(refusal)}, close=True)
+        try:
+            body = await _read_body(request)
+            extra = await run_in_threadpool(_act, session, request.url.path, body)
+        except RequestError as exc:
+            snapshot = await run_in_threadpool(session.snapshot)
+            close = exc.status in (HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.BAD_REQUEST)
+            return send_json(exc.status, {"error": str(exc), **snapshot}, close=close)
+        snapshot = await run_in_threadpool(session.snapshot)
+        return send_json(HTTPStatus.OK, {**snapshot, **extra})
+
+    return Starlette(
+        routes=[
+            Route("/{path:path}", get, methods=["GET"]),
+            Route("/{path:path}", post, methods=["POST"]),
+        ]
+    )
+
+
+async def _read_body(request: Request) -> dict[str, Any]:
+    length = int(request.headers.get("content-length") or 0)
+
+    async def read() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > length:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        raw = await asyncio.wait_for(read(), BODY_TIMEOUT_S) if length else b"{}"
+    except TimeoutError as exc:
+        raise RequestError(
+            f"the request body did not arrive within {BODY_TIMEOUT_S:g} s",
+            HTTPStatus.REQUEST_TIMEOUT,
+        ) from exc
+    except ClientDisconnect as exc:
+        raise RequestError("the request body ended early") from exc
+    if len(raw) < length:
+        raise RequestError("the request body ended early")
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError as exc:
+        raise RequestError(f"the request body is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RequestError("the request body must be a JSON object")
+    return data
+
+
+def _act(session: GameSession, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """Carry out one POST on ``session`` (on a worker thread: the model call blocks)."""
+    extra: dict[str, Any] = {}
+    if path == "/api/new":
+        session.new_game(
+            seed=_opt_int(body, "seed"),
+            size=_opt_int(body, "size") or 7,
+            first=str(body.get("first", "user")),
+        )
+    elif path == "/api/user_action":
+        if body.get("end_turn"):
+            session.end_user_turn()
+        elif "action" in body:
+            extra["events"] = [e.to_dict() for e in session.user_action(body["action"])]
+        else:
+            raise RequestError("send {'action': {...}} or {'end_turn': true}")
+    elif path == "/api/agent_turn":
+        extra = session.agent_turn()
+    elif path == "/api/replay":
+        if "record" in body:
+            record = body["record"]
+            if not isinstance(record, Mapping):
+                raise RequestError("'record' must be an object")
+        elif isinstance(body.get("jsonl"), str):
+            record = parse_record_lines(body["jsonl"], _opt_int(body, "index") or 0)
+        else:
+            raise RequestError("send {'jsonl': text, 'index': n} or {'record': {...}}")
+        extra["frames"] = session.load_replay(record)
+    else:
+        raise RequestError(f"no such endpoint: {path}", HTTPStatus.NOT_FOUND)
+    return extra
 
 
 def _opt_int(body: Mapping[str, Any], key: str) -> int | None:
@@ -530,22 +556,61 @@ def _opt_int(body: Mapping[str, Any], key: str) -> int | None:
         raise RequestError(f"{key!r} must be an integer, got {value!r}") from exc
 
 
+class UIServer:
+    """The UI's HTTP server: the Starlette app served by uvicorn on a socket bound at
+    creation. ``serve_forever()`` serves until ``shutdown()`` (from another thread) or a
+    signal; ``server_address`` is the bound ``(host, port)``."""
+
+    def __init__(self, session: GameSession, host: str, port: int, allow_hosts: Sequence[str]):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, port))
+        self._socket.listen(128)
+        self.server_address: tuple[str, int] = tuple(self._socket.getsockname()[:2])  # type: ignore[assignment]
+        hosts = allowed_hosts(host, int(self.server_address[1]), [h.lower() for h in allow_hosts])
+        config = uvicorn.Config(
+            build_app(session, hosts),
+            loop="asyncio",
+            http=protocol_class(head_timeout_s=BODY_TIMEOUT_S),
+            ws="none",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_keep_alive=5,
+            timeout_graceful_shutdown=2,
+            server_header=False,
+        )
+        self._server = uvicorn.Server(config)
+        self._stopped = threading.Event()
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Serve until :meth:`shutdown` (``poll_interval`` is accepted for compatibility with
+        ``socketserver``; uvicorn checks for shutdown on its own)."""
+        self._stopped.clear()
+        try:
+            self._server.run(sockets=[self._socket])
+        finally:
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        self._server.should_exit = True
+        self._stopped.wait(10)
+
+    def server_close(self) -> None:
+        self._socket.close()
+
+
 def make_server(
     session: GameSession,
     host: str = "127.0.0.1",
     port: int = 0,
     *,
     allow_hosts: Sequence[str] = (),
-) -> ThreadingHTTPServer:
+) -> UIServer:
     """An HTTP server for ``session`` (not started; call ``serve_forever``); it answers the
     ``Host`` names of :func:`allowed_hosts` (``allow_hosts`` adds names, e.g. a LAN name)."""
-    server = ThreadingHTTPServer((host, port), make_handler(session))
-    server.daemon_threads = True
-    bound_port = int(server.server_address[1])
-    server.RequestHandlerClass = make_handler(
-        session, allowed_hosts(host, bound_port, [h.lower() for h in allow_hosts])
-    )
-    return server
+    return UIServer(session, host, port, allow_hosts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -604,9 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"DuelGrid UI on http://{host}:{port}/ (model {args.model} at {args.base_url})")
     sys.stdout.flush()
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        server.serve_forever()  # until Ctrl-C or SIGTERM
     finally:
         server.server_close()
     return 0
