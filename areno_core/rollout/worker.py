@@ -39,7 +39,7 @@ import torch
 
 from areno_core.errors import ArenoError
 from areno_core.log import get_logger
-from areno_core.rollout.base import EngineOptions
+from areno_core.rollout.base import EngineOptions, drops_weights
 from areno_core.rollout.weights import PackedWeights
 from areno_core.types import SamplingParams, TrajectoryGroup
 
@@ -238,8 +238,6 @@ class PublishedWeights:
 
 def serve(runner: Any, mailbox: Mailbox, outbox: Connection) -> None:
     """Answer rollout requests until Stop or until the trainer goes away."""
-    from areno_core.rollout.base import drops_weights
-
     pending: collections.deque[Rollout] = collections.deque()
     published = runner.placement.weights
     have_weights = False
