@@ -522,7 +522,9 @@ def test_installed_smoke_pack_recipes_are_internal_and_never_published(monkeypat
 
 @pytest.mark.parametrize("algo", [["--algo", "gspo"], []])
 def test_recipe_without_the_algorithms_plugin_says_to_install_it(capsys, monkeypatch, algo):
-    pytest.importorskip("areno_recipes_math")
+    pytest.importorskip(
+        "areno_recipes_math", reason="needs the math recipe pack (installed by scripts/dev.sh)"
+    )
     from areno_core.registry import set_registry
 
     monkeypatch.setenv("ARENO_PLUGINS", "math")  # the recipe pack, its algorithms disabled
