@@ -49,6 +49,7 @@ from areno_sglang.weights import (
     Serializer,
     TensorSync,
     named_tensors,
+    tp_size,
     write_model_dir,
 )
 
@@ -239,12 +240,14 @@ class SGLangEngine:
             if root is not None and self.dp_size > 1:
                 root = str(Path(root) / f"rank{self.dp_rank}")
             return DiskSync(self.clients, root, getattr(self.policy, "config", None))
+        tp_sizes = [tp_size(info) for info in infos]
         if method == "tensor":
-            return TensorSync(self.clients, serializer)
+            return TensorSync(self.clients, tp_sizes, serializer)
         address = cfg.sglang_group_address or "127.0.0.1"
         port = cfg.sglang_group_port + self.dp_rank if cfg.sglang_group_port else 0
         return GroupSync(
             self.clients,
+            tp_sizes=tp_sizes,
             address=address,
             port=port,
             backend=cfg.sglang_group_backend,

@@ -61,6 +61,11 @@ def named_tensors(weights: Mapping[str, Any] | nn.Module) -> NamedTensors:
     return pairs
 
 
+def tp_size(server_info: Mapping[str, Any]) -> int:
+    """A server's tensor-parallel size, from its ``/server_info`` (1 when it reports none)."""
+    return max(1, int(server_info.get("tp_size", 1) or 1))
+
+
 def buckets(pairs: NamedTensors, limit: int = BUCKET_BYTES) -> Iterator[NamedTensors]:
     """``pairs`` in consecutive groups of at most ``limit`` bytes (a larger tensor alone)."""
     group: NamedTensors = []
@@ -205,7 +210,8 @@ def free_port() -> int:
 
 class GroupSync:
     """``/update_weights_from_distributed`` over a group of this trainer (rank 0) and every
-    tensor-parallel rank of ``clients`` (ranks 1..N in client order)."""
+    tensor-parallel rank of ``clients`` (ranks 1..N in client order; ``tp_sizes`` from each
+    server's ``/server_info``, see :func:`tp_size`)."""
 
     method = "distributed"
 
@@ -213,6 +219,7 @@ class GroupSync:
         self,
         clients: Sequence[SGLangClient],
         *,
+        tp_sizes: Sequence[int],
         address: str,
         port: int,
         backend: str,
@@ -220,6 +227,7 @@ class GroupSync:
         timeout_s: float,
     ) -> None:
         self.clients = list(clients)
+        self.tp_sizes = list(tp_sizes)
         self.address = address
         self.port = port or free_port()
         self.backend = backend
@@ -236,7 +244,7 @@ class GroupSync:
     def connect(self) -> None:
         """Form the group: every server joins (each request blocks until the group exists)
         while this process joins as rank 0."""
-        sizes = [max(1, int(c.server_info().get("tp_size", 1) or 1)) for c in self.clients]
+        sizes = self.tp_sizes
         world = 1 + sum(sizes)
         offsets = [1 + sum(sizes[:i]) for i in range(len(sizes))]
         logger.info(
@@ -387,21 +395,20 @@ class TensorSync:
     method = "tensor"
 
     def __init__(
-        self, clients: Sequence[SGLangClient], serializer: Serializer | None = None
+        self,
+        clients: Sequence[SGLangClient],
+        tp_sizes: Sequence[int],
+        serializer: Serializer | None = None,
     ) -> None:
         self.clients = list(clients)
+        self._tp = list(tp_sizes)
         self._serializer = serializer
         self._lock = threading.Lock()
-        self._tp: list[int] | None = None
 
     def push(self, pairs: NamedTensors, version: int) -> None:
         with self._lock:
             if self._serializer is None:
                 self._serializer = sglang_serializer()
-            if self._tp is None:
-                self._tp = [
-                    max(1, int(c.server_info().get("tp_size", 1) or 1)) for c in self.clients
-                ]
         groups = list(buckets(pairs))
         for i, group in enumerate(groups):
             last = i == len(groups) - 1

@@ -225,13 +225,16 @@ def test_tensor_update_and_weight_group_bodies_are_valid(sglang, protocol_server
         )
     group = GroupSync(
         [SGLangClient("http://127.0.0.1:1")],
+        tp_sizes=[2],
         address="127.0.0.1",
         port=29500,
         backend="nccl",
         group_name="areno-weights-0",
         timeout_s=10.0,
     )
-    _check_request(sglang, "/init_weights_update_group", group.join_payload(1, 3))
+    _check_request(
+        sglang, "/init_weights_update_group", group.join_payload(1, 1 + sum(group.tp_sizes))
+    )
     for last in (False, True):
         _check_request(
             sglang,
