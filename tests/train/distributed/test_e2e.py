@@ -179,11 +179,17 @@ def test_killed_rank_ends_the_run_and_leaves_only_complete_checkpoints(tmp_path,
     text = " ".join(output.split())
     assert "rank 1 was killed by signal SIGKILL" in text
     # The survivor's gloo traceback is kept in the run's log, not printed: one line says
-    # what happened and where the tracebacks are.
+    # what happened and where the tracebacks are. Which comes first is a race: the survivor's
+    # collective failing (it logs its traceback), or the launcher's SIGTERM while it still waits
+    # (it leaves none). Either way the message must match what is on disk.
     assert "[rank0]:" not in output and "Traceback" not in output, output[-3000:]
-    assert f"the workers' tracebacks are in {run / 'logs'}" in text
-    survivor = (run / "logs" / "rank0.log").read_text()
-    assert "Traceback (most recent call last)" in survivor
+    log = run / "logs" / "rank0.log"
+    pointer = f"the workers' tracebacks are in {run / 'logs'}"
+    if log.is_file() and log.stat().st_size > 0:
+        assert pointer in text, text[-2000:]
+        assert "Traceback (most recent call last)" in log.read_text()
+    else:
+        assert pointer not in text, text[-2000:]
     steps = [p for p in run.iterdir() if p.name.startswith("step_")]
     assert steps and all(not missing_files(p) for p in steps)
     assert find_latest_checkpoint(run) in steps
