@@ -15,8 +15,8 @@ arguments whose defaults are the ``areno train`` defaults; anything it does not 
 
 from __future__ import annotations
 
+from areno_core.contracts.backend import BackendSpec, TrainingBackend
 from areno_core.model import TrainableModel
-from areno_core.train.contract import BackendSpec, TrainingBackend
 from areno_core.train.local import LocalBackend, LocalBackendConfig
 from areno_core.types import TrainResult
 

@@ -1,4 +1,9 @@
-"""What areno-core registers itself, through the same hooks as any plugin."""
+"""What areno-core registers itself, through the same hooks as any plugin.
+
+This module stands on top of the core's layers (it names the native engine and both training
+backends), so nothing in the core imports it: :mod:`areno_core.plugins` loads it through
+areno-core's own ``areno`` entry point, ``core``, before any other plugin.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +11,19 @@ from collections.abc import Callable
 from typing import Any
 
 from areno_core.hookspecs import hookimpl
+from areno_core.metrics.sinks import JSONL_SINK, TENSORBOARD_SINK
+from areno_core.rollout.native import NATIVE_ENGINE
+from areno_core.train.distributed.backend import DISTRIBUTED_BACKEND
+from areno_core.train.local import LOCAL_BACKEND
 
 
 @hookimpl
 def register_rollout_engines(register: Callable[[Any], None]) -> None:
-    from areno_core.rollout.native import NATIVE_ENGINE
-
     register(NATIVE_ENGINE)
 
 
 @hookimpl
 def register_backends(register: Callable[[Any], None]) -> None:
-    from areno_core.train.distributed.backend import DISTRIBUTED_BACKEND
-    from areno_core.train.local import LOCAL_BACKEND
-
     # Order matters: without --backend a run takes the first that accepts it, so one process
     # stays on the local backend unless --backend distributed is given.
     register(LOCAL_BACKEND)
@@ -28,7 +32,5 @@ def register_backends(register: Callable[[Any], None]) -> None:
 
 @hookimpl
 def register_metric_sinks(register: Callable[[Any], None]) -> None:
-    from areno_core.train.sinks import JSONL_SINK, TENSORBOARD_SINK
-
     register(JSONL_SINK)
     register(TENSORBOARD_SINK)

@@ -32,6 +32,7 @@ import attrs
 import torch
 
 from areno_core.config import DTYPE_CHOICES, default_of
+from areno_core.contracts.engine import EngineOptions, RolloutSession
 from areno_core.data import apply_loader, load_rows, resolve_loader
 from areno_core.errors import ConfigError
 from areno_core.evaluators import EvaluatorSpec, greedy_metrics, sampled_metrics
@@ -39,7 +40,6 @@ from areno_core.recipe import Recipe, resolve_resource
 from areno_core.registry import Registry
 from areno_core.resolve import find_recipe
 from areno_core.rewards import RewardScorer, resolve_reward_fn
-from areno_core.rollout.base import EngineOptions, RolloutSession
 from areno_core.rollout.collect import collect_groups, prompt_item
 from areno_core.types import SamplingParams
 

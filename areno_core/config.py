@@ -8,16 +8,17 @@ Precedence, lowest first: field defaults < recipe < ``--config`` YAML < explicit
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import yaml
 
 from areno_core.errors import ConfigError
-from areno_core.options import coerce_value, normalize_key, option
+from areno_core.options import OptionTable, Section, coerce_value, normalize_key, option
 from areno_core.validators import (
     flag,
     fraction,
@@ -25,9 +26,6 @@ from areno_core.validators import (
     positive,
     unit_interval,
 )
-
-if TYPE_CHECKING:
-    from areno_core.options import OptionTable
 
 
 def _top_k(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -419,30 +417,24 @@ SECTION_TITLES = {
 }
 
 
-# Names people reach for that areno spells otherwise (the Python API's keywords, other tools'
-# flags); an unknown option with one of these names is pointed at the real one.
-OPTION_ALIASES: dict[str, str] = {
-    "learning_rate": "lr",
-    "adam_betas": "adam_beta1",
-    "algorithm": "algo",
-    "model": "ckpt",
-    "model_path": "ckpt",
-    "model_name_or_path": "ckpt",
-    "dataset": "dataset_path",
-    "train_file": "dataset_path",
-    "output_dir": "save_path",
-    "num_epochs": "epochs",
-    "num_train_epochs": "epochs",
-    "num_generations": "n_samples",
-    "num_samples": "n_samples",
-    "per_device_train_batch_size": "mini_bs",
-    "micro_batch_size": "mini_bs",
-    "max_completion_length": "max_new_tokens",
-    "max_prompt_length": "max_prompt_tokens",
-    "max_grad_norm": "grad_clip_norm",
-    "beta": "dpo_beta",
-    "logging_dir": "metrics_log_dir",
-}
+@functools.cache
+def core_sections() -> tuple[Section, ...]:
+    """The core's option sections, in ``--help`` order (a plugin's sections follow the core
+    section they belong to; see :meth:`areno_core.registry.Registry.options`)."""
+    return tuple(
+        Section(
+            key,
+            SECTION_TITLES[key],
+            " ".join((cls.__doc__ or "").split()),
+            tuple(attrs.fields(cls)),
+        )
+        for key, cls in SECTIONS.items()
+    )
+
+
+def core_option_table() -> OptionTable:
+    """The core's own options only (no plugin's)."""
+    return OptionTable(core_sections())
 
 
 # Core options that only matter to algorithms with a given role (``AlgorithmSpec.roles`` or
@@ -518,9 +510,7 @@ def build_config(
     option values are converted to their declared type here and validated by their owner's
     config class when the run is resolved.
     """
-    from areno_core.options import OptionTable
-
-    table = table or OptionTable.core()
+    table = table or core_option_table()
     base = base or RunConfig()
     per_section: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     plugin = dict(base.plugin)
@@ -557,9 +547,7 @@ def load_yaml_options(path: str | Path, table: OptionTable | None = None) -> dic
     Core options may sit under their section (``train: {lr: ...}``); plugin options under
     ``algorithm``, ``rollout_engine`` or ``backend`` (as a run's config.yaml writes them).
     """
-    from areno_core.options import OptionTable
-
-    table = table or OptionTable.core()
+    table = table or core_option_table()
     path = Path(path)
     where = f"--config {str(path)!r}"
     if not path.is_file():

@@ -18,7 +18,7 @@ by subclassing :class:`EngineConformance` in one of its test modules and providi
 
 ``make(model, eos_token_ids, options)`` returns an engine that ends completions at
 ``eos_token_ids`` (a list of ints; completions then carry no text) and honours ``options`` (the
-core's :class:`~areno_core.rollout.base.EngineOptions`). ``model`` is a tiny random Qwen3 on the
+core's :class:`~areno_core.contracts.engine.EngineOptions`). ``model`` is a tiny random Qwen3 on the
 CPU; the engine may sample from it directly or from its own copy: the suite calls
 ``sync_weights(model, version=0)`` before the first ``generate``, as a run does. An engine
 with a ``close()`` method is closed after each test.
@@ -38,11 +38,11 @@ What the suite checks, against the native engine and a teacher-forced forward of
   state dict) and stamps every later completion with ``policy_version == v``;
 - the same ``sampling.seed`` repeats the same samples (skipped when the class sets
   ``seeded_samples_repeat = False``, for engines whose sampler takes no seed);
-- the lifecycle (:mod:`areno_core.rollout.base`): after ``sync_weights`` the engine holds its
+- the lifecycle (:mod:`areno_core.contracts.engine`): after ``sync_weights`` the engine holds its
   weights; a session that ends with ``drop_state`` either keeps them (then the next session
   samples exactly what the last one did) or, only for an engine that declares
   ``drops_weights``, reports ``holds_weights == False`` and refuses to generate
-  (:class:`~areno_core.rollout.base.WeightsNotHeldError`) until the same version is pushed
+  (:class:`~areno_core.contracts.engine.WeightsNotHeldError`) until the same version is pushed
   again, after which it samples the policy's tokens, stamped with that version.
 """
 
@@ -54,7 +54,7 @@ from typing import Any
 import pytest
 import torch
 
-from areno_core.rollout.base import (
+from areno_core.contracts.engine import (
     EngineOptions,
     RolloutEngine,
     RolloutSession,
@@ -360,7 +360,7 @@ class EngineConformance:
         # session that frees state -> the next rollout at the same version.
         from types import SimpleNamespace
 
-        from areno_core.rollout.runner import RolloutRunner
+        from areno_core.runner.rollout import RolloutRunner
 
         sampling = SamplingParams(max_new_tokens=8, greedy=True)
         expected = native_reference(model).generate(prompts, sampling)

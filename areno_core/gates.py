@@ -13,7 +13,7 @@ decides whether a run passed it, so nobody has to read a loss curve by eye::
     assert report.passed
 
 The metrics history is ``metrics.jsonl`` (one JSON object per logged step, written by
-:class:`~areno_core.train.metrics.MetricsLogger`); checkpoints are the ``step_<N>``
+:class:`~areno_core.metrics.logger.MetricsLogger`); checkpoints are the ``step_<N>``
 directories of :mod:`areno_core.train.checkpoint`.
 """
 
@@ -98,7 +98,7 @@ def metrics_dir_of(run_dir: str | os.PathLike[str]) -> Path:
 
 def read_history(metrics_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The rows of ``metrics.jsonl`` in ``metrics_dir``; an empty list when there is none."""
-    from areno_core.train.metrics import JSONL_FILE, read_jsonl
+    from areno_core.metrics.logger import JSONL_FILE, read_jsonl
 
     if not (Path(metrics_dir) / JSONL_FILE).is_file():
         return []

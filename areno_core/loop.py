@@ -22,10 +22,10 @@ from typing import Any, Protocol
 import attrs
 
 from areno_core.accel.memory import PhaseMemory
+from areno_core.contracts.backend import TrainingBackend
+from areno_core.data.stream import DataStream
+from areno_core.metrics.logger import MetricsLogger
 from areno_core.model import TrainableModel
-from areno_core.train.contract import TrainingBackend
-from areno_core.train.datastream import DataStream
-from areno_core.train.metrics import MetricsLogger
 from areno_core.train.progress import TrainProgress
 
 
@@ -34,7 +34,7 @@ def _no_measurement(phase: str) -> contextlib.nullcontext[None]:
 
 
 class Rollout(Protocol):
-    """What the loop needs of the rollout side (see :class:`areno_core.rollout.runner`)."""
+    """What the loop needs of the rollout side (see :class:`areno_core.runner.rollout`)."""
 
     def sync_weights(self) -> None:
         """Hand the engine the current policy if it changed since the last call."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from areno_core.log import get_logger
-from areno_core.train.metrics import MetricsLogger
+from areno_core.metrics.logger import MetricsLogger
 from areno_core.types import TrajectoryGroup
 
 if TYPE_CHECKING:

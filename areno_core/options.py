@@ -16,18 +16,14 @@ are all built from it, so a plugin's options become flags without any change to 
 from __future__ import annotations
 
 import difflib
-import functools
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import cattrs
 
 from areno_core.errors import ConfigError, PluginError
 from areno_core.validators import Validator, flag, one_of
-
-if TYPE_CHECKING:
-    from areno_core.registry import Registry
 
 
 def option(
@@ -195,6 +191,43 @@ OWNER_KINDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# Names people reach for that areno spells otherwise (the Python API's keywords, other tools'
+# flags); an unknown option with one of these names is pointed at the real one.
+OPTION_ALIASES: dict[str, str] = {
+    "learning_rate": "lr",
+    "adam_betas": "adam_beta1",
+    "algorithm": "algo",
+    "model": "ckpt",
+    "model_path": "ckpt",
+    "model_name_or_path": "ckpt",
+    "dataset": "dataset_path",
+    "train_file": "dataset_path",
+    "output_dir": "save_path",
+    "num_epochs": "epochs",
+    "num_train_epochs": "epochs",
+    "num_generations": "n_samples",
+    "num_samples": "n_samples",
+    "per_device_train_batch_size": "mini_bs",
+    "micro_batch_size": "mini_bs",
+    "max_completion_length": "max_new_tokens",
+    "max_prompt_length": "max_prompt_tokens",
+    "max_grad_norm": "grad_clip_norm",
+    "beta": "dpo_beta",
+    "logging_dir": "metrics_log_dir",
+}
+
+
+class OptionClash(PluginError):
+    """A plugin declares an option that areno-core or an earlier plugin declares otherwise.
+    ``loser`` is the plugin whose declaration was refused; ``first`` the one that keeps the
+    option (None: the core)."""
+
+    def __init__(self, loser: Owner, first: Owner | None, message: str) -> None:
+        super().__init__(message)
+        self.loser = loser
+        self.first = first
+
+
 class OptionTable:
     """Every option a run can take: the core's, and those of each installed plugin."""
 
@@ -215,48 +248,25 @@ class OptionTable:
         owner = section.owner
         assert owner is not None, f"core option {name!r} declared twice"
         if earlier.core:
-            raise PluginError(
+            raise OptionClash(
+                owner,
+                None,
                 f"{owner.label} declares the option {flag(name)}, which areno-core already "
-                "declares; rename the plugin's option"
+                "declares; the plugin must rename its option",
             )
         if _shape(earlier.field) != _shape(field):
             first = earlier.owners[0]
-            raise PluginError(
+            raise OptionClash(
+                owner,
+                first,
                 f"option {flag(name)} is declared differently by {first.label} "
                 f"({_describe(earlier.field)}) and by {owner.label} ({_describe(field)}); "
-                "two plugins may share an option only with the same type, default and choices. "
-                "Uninstall one, or disable one with ARENO_DISABLE_PLUGINS."
+                "two plugins may share an option only with the same type, default and "
+                "choices. Uninstall one, or disable one with ARENO_DISABLE_PLUGINS.",
             )
         self.declared[name] = attrs.evolve(earlier, owners=(*earlier.owners, owner))
 
     # -- building -----------------------------------------------------------------------------
-
-    @classmethod
-    def core(cls) -> OptionTable:
-        """The core's own options only."""
-        return cls(_core_sections())
-
-    @classmethod
-    def from_registry(cls, registry: Registry) -> OptionTable:
-        """The core's options plus those of every algorithm, engine and backend registered."""
-        extra: dict[str, list[Section]] = {}
-        for kind, registry_kind, after in OWNER_KINDS:
-            for name, entry in registry.entries[registry_kind].items():  # registration order
-                fields = attrs.fields(entry.obj.config_cls)
-                owner = Owner(kind, name, entry.plugin.distribution, entry.obj.summary)
-                section = Section(
-                    key=f"{registry_kind}:{name}",
-                    title=f"{kind.capitalize()} {name} ({entry.plugin.distribution})",
-                    doc=entry.obj.summary,
-                    fields=tuple(fields),
-                    owner=owner,
-                )
-                extra.setdefault(after, []).append(section)
-        sections: list[Section] = []
-        for section in _core_sections():
-            sections.append(section)
-            sections.extend(extra.get(section.key, []))
-        return cls(sections)
 
     # -- lookups ------------------------------------------------------------------------------
 
@@ -301,11 +311,9 @@ class OptionTable:
 
     def suggest(self, key: str, extra: Iterable[str] = ()) -> list[str]:
         """The option names an unknown ``key`` most likely meant, best first: the option that
-        :data:`~areno_core.config.OPTION_ALIASES` maps it to (``learning_rate`` -> ``lr``),
+        :data:`OPTION_ALIASES` maps it to (``learning_rate`` -> ``lr``),
         else the closest names by spelling. ``extra`` names more candidates (a command's own
         options). One source for the ``--config`` file and the command line alike."""
-        from areno_core.config import OPTION_ALIASES  # config imports this module
-
         name = normalize_key(key)
         candidates = [*self.names(), *(normalize_key(e) for e in extra)]
         if name in candidates:  # a known option written another way (--mini_bs)
@@ -331,29 +339,16 @@ def _describe(field: attrs.Attribute[Any]) -> str:
     return text + (f", choices {', '.join(choices)}" if choices else "")
 
 
-def _doc(cls: type) -> str:
-    """A class docstring as one paragraph."""
-    return " ".join((cls.__doc__ or "").split())
-
-
-@functools.cache
-def _core_sections() -> tuple[Section, ...]:
-    from areno_core.config import SECTION_TITLES, SECTIONS
-
-    return tuple(
-        Section(key, SECTION_TITLES[key], _doc(cls), tuple(attrs.fields(cls)))
-        for key, cls in SECTIONS.items()
-    )
-
-
 @attrs.frozen
 class NoOptions:
     """The config class of a plugin that declares no options."""
 
 
 __all__ = [
+    "OPTION_ALIASES",
     "Declared",
     "NoOptions",
+    "OptionClash",
     "OptionTable",
     "Owner",
     "Section",

@@ -22,7 +22,7 @@ import attrs
 import pluggy
 
 from areno_core import hookspecs
-from areno_core.errors import did_you_mean
+from areno_core.errors import PluginError, did_you_mean
 from areno_core.log import get_logger
 
 ENTRY_POINT_GROUP = "areno"
@@ -134,6 +134,8 @@ def load_entry_point_plugins(pm: ArenoPluginManager) -> None:
     for ep in found:
         dist = ep.dist.name if ep.dist is not None else "<unknown>"
         version = ep.dist.version if ep.dist is not None else ""
+        if _is_core(ep):  # registered first, by get_plugin_manager
+            continue
         if (dist, ep.name) in seen:  # the same distribution visible twice on sys.path
             continue
         seen.add((dist, ep.name))
@@ -167,9 +169,30 @@ def get_plugin_manager(*, load_entry_points: bool = True) -> ArenoPluginManager:
     if os.environ.get(ENV_TRACE) == "1":
         pm.trace.root.setwriter(lambda msg: logger.debug("%s", msg.rstrip()))
         pm.enable_tracing()
-    from areno_core import __version__, builtins
-
-    pm.register_plugin(builtins, "core", "areno-core", __version__)
+    _register_core(pm)
     if load_entry_points:
         load_entry_point_plugins(pm)
     return pm
+
+
+CORE_PLUGIN = "core"
+CORE_DISTRIBUTION = "areno-core"
+
+
+def _is_core(ep: metadata.EntryPoint) -> bool:
+    return ep.name == CORE_PLUGIN and ep.dist is not None and ep.dist.name == CORE_DISTRIBUTION
+
+
+def _register_core(pm: ArenoPluginManager) -> None:
+    """areno-core's own plugin (:mod:`areno_core.builtins`: the native engine, the local and
+    distributed backends, the built-in metric sinks). It stands above the rest of the core,
+    so it is found like any plugin, through its entry point, rather than imported from here."""
+    found = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if _is_core(ep)]
+    if not found:
+        raise PluginError(
+            f"areno-core's own entry point {CORE_PLUGIN!r} (group {ENTRY_POINT_GROUP!r}) is "
+            "missing: its install metadata is out of date; reinstall areno-core "
+            "(pip install -e . in a checkout)"
+        )
+    ep = found[0]
+    pm.register_plugin(ep.load(), CORE_PLUGIN, CORE_DISTRIBUTION, ep.dist.version)

@@ -16,15 +16,23 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from areno_core.algorithm import AlgorithmSpec
+from areno_core.config import core_sections
+from areno_core.contracts.backend import BackendSpec
+from areno_core.contracts.engine import EngineSpec
+from areno_core.contracts.sink import SinkSpec
 from areno_core.errors import ConfigError, PluginError, did_you_mean
 from areno_core.evaluators import EvaluatorSpec
 from areno_core.log import get_logger
-from areno_core.options import OptionTable, check_config_class
+from areno_core.options import (
+    OWNER_KINDS,
+    OptionClash,
+    OptionTable,
+    Owner,
+    Section,
+    check_config_class,
+)
 from areno_core.plugins import ArenoPluginManager, PluginFailure, PluginInfo, get_plugin_manager
-from areno_core.recipe import Recipe
-from areno_core.rollout.base import EngineSpec
-from areno_core.train.contract import BackendSpec
-from areno_core.train.sinks import SinkSpec
+from areno_core.recipe import Recipe, check_recipe_options
 
 logger = get_logger(__name__)
 T = TypeVar("T")
@@ -80,14 +88,8 @@ class Registry:
 
     def _check_recipes(self) -> None:
         """Drop (and report as a failure of its plugin) a recipe whose options do not fit the
-        installed option table; option clashes between plugins are reported when a run asks
-        for the options."""
-        from areno_core.recipe import check_recipe_options
-
-        try:
-            self.options  # noqa: B018 - build the table once, here, or learn that it fails
-        except PluginError:
-            return
+        installed option table (built first, which disables a plugin whose options clash)."""
+        self.options  # noqa: B018 - build the table here: a clashing plugin is disabled first
         recipes = self.entries["recipes"]
         for name, entry in list(recipes.items()):
             try:
@@ -202,8 +204,51 @@ class Registry:
     @functools.cached_property
     def options(self) -> OptionTable:
         """Every run option: the core's and each registered algorithm's, engine's and
-        backend's. Two plugins declaring one option differently is a :class:`PluginError`."""
-        return OptionTable.from_registry(self)
+        backend's. A plugin that declares an option the core or an earlier plugin declares
+        otherwise is disabled (reported as a failure naming both, like any broken plugin):
+        the rest of the registry and every command keep working."""
+        while True:
+            try:
+                return OptionTable(self._option_sections())
+            except OptionClash as clash:
+                self._disable(clash.loser, str(clash))
+
+    def _option_sections(self) -> list[Section]:
+        """The core's sections, each followed by the sections of the plugins that belong
+        under it (an engine's options after ``rollout``, a backend's and an algorithm's
+        after ``train``), in registration order."""
+        extra: dict[str, list[Section]] = {}
+        for kind, registry_kind, after in OWNER_KINDS:
+            for name, entry in self.entries[registry_kind].items():
+                owner = Owner(kind, name, entry.plugin.distribution, entry.obj.summary)
+                extra.setdefault(after, []).append(
+                    Section(
+                        key=f"{registry_kind}:{name}",
+                        title=f"{kind.capitalize()} {name} ({entry.plugin.distribution})",
+                        doc=entry.obj.summary,
+                        fields=tuple(attrs.fields(entry.obj.config_cls)),
+                        owner=owner,
+                    )
+                )
+        sections: list[Section] = []
+        for section in core_sections():
+            sections.append(section)
+            sections.extend(extra.get(section.key, []))
+        return sections
+
+    def _disable(self, owner: Owner, error: str) -> None:
+        """Drop everything the plugin behind ``owner`` registered and record why."""
+        registry_kind = next(k for kind, k, _ in OWNER_KINDS if kind == owner.kind)
+        info = self.entries[registry_kind][owner.name].plugin
+        for table in self.entries.values():
+            for name in [n for n, e in table.items() if e.plugin.name == info.name]:
+                del table[name]
+        logger.error("plugin %s: %s", info.label, error)
+        self.failures.append(
+            PluginFailure(
+                info.name, info.distribution, info.version, f"{error} The plugin is disabled."
+            )
+        )
 
     def recipe(self, name: str) -> Recipe:
         return self.get("recipes", name)

@@ -23,15 +23,15 @@ from areno_core.config import (
     flatten_saved_config,
     load_yaml_options,
 )
+from areno_core.contracts.backend import BackendSpec
+from areno_core.contracts.engine import EngineSpec
 from areno_core.errors import ConfigError, NotAvailableError, did_you_mean
 from areno_core.log import get_logger
 from areno_core.options import OptionTable, Owner
 from areno_core.recipe import Recipe, resolve_resource
 from areno_core.registry import Registry
-from areno_core.rollout.async_runner import check_async_options
-from areno_core.rollout.base import EngineSpec
+from areno_core.runner.async_rollout import check_async_options
 from areno_core.train.checkpoint import read_checkpoint_config, resolve_resume
-from areno_core.train.contract import BackendSpec
 from areno_core.validators import flag
 
 logger = get_logger(__name__)

@@ -24,10 +24,10 @@ import attrs
 
 from areno_core.checkpoint_eval import eval_device, load_checkpoint_model, looks_local
 from areno_core.config import DTYPE_CHOICES
+from areno_core.contracts.engine import EngineOptions
 from areno_core.errors import ConfigError
 from areno_core.recipe import resolve_resource
 from areno_core.registry import Registry
-from areno_core.rollout.base import EngineOptions
 from areno_core.train.checkpoint import find_latest_checkpoint
 from areno_core.types import SamplingParams
 

@@ -78,8 +78,8 @@ def grpo_utilisation(args: Any, model_dir: Path) -> dict[str, Any]:
     from torch.utils.flop_counter import FlopCounterMode
 
     from areno_core.backend import LocalBackend, TrainableModel
+    from areno_core.contracts.engine import EngineOptions
     from areno_core.rewards import RewardScorer
-    from areno_core.rollout.base import EngineOptions
     from areno_core.rollout.collect import collect_groups, prompt_item
     from areno_core.rollout.native import NativeEngine
     from areno_core.types import SamplingParams

@@ -115,8 +115,8 @@ def digit_share(text: str) -> float:
 def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
     common.set_threads(args.threads)
     from areno_core.backend import LocalBackend, TrainableModel
+    from areno_core.contracts.engine import EngineOptions
     from areno_core.rewards import RewardScorer
-    from areno_core.rollout.base import EngineOptions
     from areno_core.rollout.collect import collect_groups, prompt_item
     from areno_core.rollout.native import NativeEngine
     from areno_core.types import SamplingParams

@@ -72,8 +72,8 @@ def workload(args: Any, vocab: int) -> tuple[list[list[int]], int]:
 
 def run_areno(args: Any) -> dict[str, Any]:
     common.set_threads(args.threads)
+    from areno_core.contracts.engine import EngineOptions
     from areno_core.models.loading import load_model
-    from areno_core.rollout.base import EngineOptions
     from areno_core.rollout.native import NativeEngine, NativeEngineConfig
     from areno_core.types import SamplingParams
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from areno_core.backend import LocalBackend, TrainableModel
+from areno_core.contracts.engine import EngineOptions, RolloutSession
 from areno_core.rewards import RewardScorer
-from areno_core.rollout.base import EngineOptions, RolloutSession
 from areno_core.rollout.collect import collect_groups, prompt_item
 from areno_core.rollout.native import create_native_engine
 from areno_core.types import RewardRecord, SamplingParams

@@ -71,7 +71,7 @@ def test_train_online_algorithm_rejects_rows_and_sft_rejects_groups(model):
 
 
 def test_log_writes_explicit_metrics_and_reward_stats(tmp_path):
-    from areno_core.train.metrics import read_jsonl
+    from areno_core.metrics.logger import read_jsonl
 
     model = TrainableModel.from_ckpt("random:qwen3-tiny", metrics_dir=str(tmp_path))
     group = TrajectoryGroup(

@@ -141,9 +141,9 @@ def test_generated_doc_blocks_are_current():
 @pytest.mark.parametrize(
     ("page", "protocol"),
     [
-        ("plugins.md", "areno_core.rollout.base.RolloutEngine"),
-        ("rollout.md", "areno_core.rollout.base.RolloutEngine"),
-        ("plugins.md", "areno_core.train.contract.TrainingBackend"),
+        ("plugins.md", "areno_core.contracts.engine.RolloutEngine"),
+        ("rollout.md", "areno_core.contracts.engine.RolloutEngine"),
+        ("plugins.md", "areno_core.contracts.backend.TrainingBackend"),
     ],
 )
 def test_plugin_docs_show_the_protocols_as_the_code_declares_them(page, protocol):

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from areno_core.cli.main import main
+from areno_core.metrics.logger import read_scalars
 from areno_core.testing import run_areno
-from areno_core.train.metrics import read_scalars
 
 REPO = Path(__file__).resolve().parent.parent
 SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"

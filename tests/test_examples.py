@@ -179,8 +179,8 @@ def test_doc_example_register_rewards_scores_exact_answer(doc_plugin):
 def test_doc_example_register_agents_plays_every_task_through_endpoint(doc_plugin):
     from areno_core.agentic import collect_agentic_groups
     from areno_core.backend import TrainableModel
+    from areno_core.contracts.engine import EngineOptions
     from areno_core.rewards import RewardScorer
-    from areno_core.rollout.base import EngineOptions
     from areno_core.rollout.collect import prompt_item
     from areno_core.rollout.native import create_native_engine
     from areno_core.types import SamplingParams
@@ -226,8 +226,8 @@ def test_doc_example_register_recipes_fills_gspo_options(doc_plugin):
 def test_doc_example_register_rollout_engines_builds_copy_engine(doc_plugin):
     import torch
 
+    from areno_core.contracts.engine import EngineOptions
     from areno_core.models.loading import load_model_and_tokenizer
-    from areno_core.rollout.base import EngineOptions
     from areno_core.types import SamplingParams
 
     registry, module = doc_plugin("register_rollout_engines")

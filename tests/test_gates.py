@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from areno_core.gates import check_run, evaluate_gate, evaluate_gates, recipe_gates
+from areno_core.metrics.logger import MetricsLogger
 from areno_core.recipe import Gate, Recipe
 from areno_core.train.checkpoint import TRAINER_STATE_FILE, WEIGHTS_FILE, save_checkpoint
-from areno_core.train.metrics import MetricsLogger
 
 HISTORY = [
     {"step": 1, "train/loss": 2.0, "rollout/reward_mean": 0.10, "train/grad_norm": 1.0},

@@ -6,7 +6,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from areno_core.config import OPTION_SECTIONS
+from areno_core.config import OPTION_SECTIONS, core_option_table
 from areno_core.errors import ConfigError, PluginError
 from areno_core.options import (
     OptionTable,
@@ -50,11 +50,11 @@ def _section(cls: type, kind: str, name: str, dist: str) -> Section:
 
 
 def _table(*sections: Section) -> OptionTable:
-    return OptionTable([*OptionTable.core().sections, *sections])
+    return OptionTable([*core_option_table().sections, *sections])
 
 
 def test_core_table_holds_every_core_option_once():
-    table = OptionTable.core()
+    table = core_option_table()
     assert table.names() == list(OPTION_SECTIONS)
     assert all(table.is_core(name) for name in table.names())
     assert table.default("mini_bs") == 16

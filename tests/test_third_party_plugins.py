@@ -83,7 +83,7 @@ import attrs
 import torch
 
 from areno_core import hookimpl, option
-from areno_core.rollout.base import EngineSpec
+from areno_core.contracts.engine import EngineSpec
 from areno_core.rollout.native import NativeEngine
 
 
@@ -306,7 +306,7 @@ def test_plugin_option_without_help_is_refused_at_registration(install_areno_plu
 
 PICKY_ENGINE = """
 from areno_core import hookimpl
-from areno_core.rollout.base import EngineSpec
+from areno_core.contracts.engine import EngineSpec
 from areno_core.rollout.native import NativeEngine
 
 

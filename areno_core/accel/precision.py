@@ -3,7 +3,7 @@
 ``auto`` is bfloat16 on a CUDA GPU that computes in it natively (compute capability 8.0 or
 newer: A100, H100, L4, RTX 30xx and later) and float32 everywhere else, the CPU included.
 Trainable models in a 16-bit type are updated through float32 master weights (see
-:mod:`areno_core.train.master_weights`), so small learning rates are not rounded away.
+:mod:`areno_core.accel.master_weights`), so small learning rates are not rounded away.
 
 ::
 

@@ -10,7 +10,6 @@ from rich.console import Console
 
 from areno_core.cli.options import RunOptionsCommand, SectionedOption, explicit_options
 from areno_core.cli.recipes import dry_run_header, print_recipe_table
-from areno_core.errors import NotAvailableError
 from areno_core.registry import get_registry
 from areno_core.resolve import resolve_run
 
@@ -96,12 +95,8 @@ def train(
         text = dry_run_header(resolved) + yaml.safe_dump(resolved.to_dict(), sort_keys=False)
         console.print(text, highlight=False, markup=False, soft_wrap=True)
         return
-    try:
-        from areno_core.run import run_training
-    except ImportError as exc:
-        raise NotAvailableError(
-            "the training engine is not available yet in this build of areno"
-        ) from exc
+    from areno_core.run import run_training  # torch and the model stack: only for a real run
+
     # The command line as given, for a backend that starts worker processes running it.
     argv = (ctx.find_root().obj or {}).get("argv")
     result = run_training(resolved, registry=registry, argv=argv)

@@ -6,7 +6,7 @@ engines (for example an SGLang server) implement the same :class:`RolloutEngine`
 
 from __future__ import annotations
 
-from areno_core.rollout.base import EngineOptions, RolloutEngine, RolloutSession
+from areno_core.contracts.engine import EngineOptions, RolloutEngine, RolloutSession
 from areno_core.rollout.native import NativeEngine, create_native_engine
 from areno_core.rollout.sampling import apply_top_k_top_p, sample_next, seeded
 

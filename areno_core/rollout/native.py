@@ -61,13 +61,13 @@ from torch import nn
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from areno_core.accel.attention import FLASH, attention_of, choose_attention
+from areno_core.contracts.engine import EngineOptions, EngineSpec
 from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger, warn_once
 from areno_core.models.families import has_sliding_window
 from areno_core.models.lean import Attender, LeanDecoder, lean_unavailable_reason
 from areno_core.models.loading import cache_argument
 from areno_core.options import option
-from areno_core.rollout.base import EngineOptions, EngineSpec
 from areno_core.rollout.cuda_graphs import DecodeGraphs
 from areno_core.rollout.prefix import PrefixStep, PrefixStore, grouped_prefix_attention
 from areno_core.rollout.sampling import (

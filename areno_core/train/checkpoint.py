@@ -515,7 +515,7 @@ def check_resume_dataset(path: str | os.PathLike[str], rows: Sequence[Any], data
     """Refuse to resume ``path`` on other training data than the saved run's (another row
     count, or the same count with other content or order), before any model is loaded.
     ``dataset`` names the data in the message."""
-    from areno_core.train.datastream import rows_fingerprint
+    from areno_core.data.stream import rows_fingerprint
 
     # mmap: only the small trainer state is read, not the optimizer tensors beside it.
     state = torch.load(Path(path) / TRAINER_STATE_FILE, mmap=True, weights_only=True)

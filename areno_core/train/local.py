@@ -20,12 +20,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import torch
 
+from areno_core.accel.precision import resolve_run_dtype
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.config import default_of
+from areno_core.contracts.backend import BackendSpec
 from areno_core.log import get_logger
 from areno_core.model import TrainableModel
 from areno_core.models.loading import enable_activation_checkpointing, is_activation_checkpointing
 from areno_core.options import option
+from areno_core.rollout.placement import RolloutPlacement
 from areno_core.train.batching import (
     collate,
     padding_fraction,
@@ -34,7 +37,6 @@ from areno_core.train.batching import (
     sort_by_length,
     split_by_padding,
 )
-from areno_core.train.contract import BackendSpec
 from areno_core.train.featurize import preference_trajectories, sft_trajectories
 from areno_core.train.forward import policy_outputs, value_outputs
 from areno_core.train.offpolicy import (
@@ -240,8 +242,9 @@ class LocalBackend:
         spec = self.algorithm(algorithm)
         if spec.kind == "online":
             raise ValueError(
-                f"evaluate() computes held-out losses of supervised and preference algorithms; "
-                f"{algorithm!r} is online RL (evaluate it by sampling, see areno_core.evaluation)"
+                "evaluate() computes held-out losses of supervised and preference algorithms; "
+                f"{algorithm!r} is online RL (evaluate it by sampling, see "
+                "areno_core.runner.evaluation)"
             )
         config = _algorithm_config(spec, algorithm_options)
         prepared = self._prepare(
@@ -448,12 +451,25 @@ class LocalBackend:
             exports=checkpoint_exports(model),
         )
 
+    def model_dtype(self, choice: str) -> torch.dtype:
+        """``--dtype choice`` on this backend's device (``auto``: bfloat16 where the device
+        computes in it well, else float32)."""
+        return resolve_run_dtype(choice, self.device)
+
+    def rollout_placement(self, model: TrainableModel) -> RolloutPlacement:
+        """One process: the engine samples from the policy module itself (free syncs)."""
+        return RolloutPlacement.local(model)
+
+    def any_process(self, flag: bool) -> bool:
+        """One process: ``flag`` itself."""
+        return flag
+
     def load_checkpoint(self, model: TrainableModel, path: str | Path) -> dict[str, Any]:
         """Restore weights, optimizer, scheduler, counters and random streams of ``model``
         (call :meth:`setup` first, so the optimizers exist); return the trainer state. A
         checkpoint of the distributed backend (any world size) loads too."""
         from areno_core.train.checkpoint import load_checkpoint
-        from areno_core.train.distributed.checkpoint import (
+        from areno_core.train.sharded_checkpoint import (
             is_sharded_checkpoint,
             load_training_checkpoint,
         )

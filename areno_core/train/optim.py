@@ -20,9 +20,9 @@ from typing import Literal
 
 import torch
 
+from areno_core.accel.master_weights import MasterWeightOptimizer, needs_master_weights
 from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger
-from areno_core.train.master_weights import MasterWeightOptimizer, needs_master_weights
 
 logger = get_logger(__name__)
 
@@ -79,7 +79,7 @@ def build_optimizer(
     multi-tensor (foreach) path. With ``adam_8bit`` the moments are kept in 8 bits by
     bitsandbytes, which needs the package and a CUDA device (checked first). Parameters in
     bfloat16 or float16 are optimized through float32 master copies
-    (:class:`~areno_core.train.master_weights.MasterWeightOptimizer`).
+    (:class:`~areno_core.accel.master_weights.MasterWeightOptimizer`).
     """
     groups = param_groups(params, weight_decay)
     if not groups:

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import torch
 
+from areno_core.contracts.backend import TrainingBackend
 from areno_core.log import get_logger
-from areno_core.train.contract import TrainingBackend
 from areno_core.tune.checks import check_tunable
 from areno_core.tune.search import (
     Probes,

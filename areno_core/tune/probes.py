@@ -35,13 +35,13 @@ import torch
 from torch import nn
 
 from areno_core.accel.memory import MemoryMeter
+from areno_core.contracts.backend import TrainingBackend
+from areno_core.contracts.engine import EngineOptions, RolloutSession
 from areno_core.log import get_logger
 from areno_core.model import TrainableModel
 from areno_core.models.loading import ValueModel, load_model_config, load_tokenizer
 from areno_core.models.lora import LoraSettings
 from areno_core.models.scratch import build_random_model, is_random_ref
-from areno_core.rollout.base import EngineOptions, RolloutSession
-from areno_core.train.contract import TrainingBackend
 from areno_core.types import PromptItem, SamplingParams, Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:

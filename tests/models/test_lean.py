@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from areno_core.contracts.engine import EngineOptions, RolloutSession
 from areno_core.errors import NotAvailableError
 from areno_core.models.lean import (
     LeanDecoder,
@@ -15,7 +16,6 @@ from areno_core.models.lean import (
     rms_norm,
 )
 from areno_core.models.scratch import build_random_model
-from areno_core.rollout.base import EngineOptions, RolloutSession
 from areno_core.rollout.native import NativeEngine, NativeEngineConfig
 from areno_core.types import SamplingParams
 

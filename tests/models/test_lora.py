@@ -81,7 +81,7 @@ def test_lora_training_changes_only_adapter_weights():
 
 
 def test_lora_on_a_bfloat16_base_trains_float32_adapters_without_master_weights():
-    from areno_core.train.master_weights import MasterWeightOptimizer
+    from areno_core.accel.master_weights import MasterWeightOptimizer
 
     model = TrainableModel.from_ckpt(TINY, seed=0, dtype=torch.bfloat16, lora=LoraSettings(rank=4))
     before = {k: v.clone() for k, v in model.policy.state_dict().items()}

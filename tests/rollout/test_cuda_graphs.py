@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from areno_core.rollout.base import EngineOptions
+from areno_core.contracts.engine import EngineOptions
 from areno_core.rollout.cuda_graphs import (
     DEFAULT_BUCKETS,
     DecodeGraphs,

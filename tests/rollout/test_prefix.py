@@ -19,7 +19,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from areno_core.rollout.base import EngineOptions
+from areno_core.contracts.engine import EngineOptions
 from areno_core.rollout.native import NativeEngine, NativeEngineConfig, _slots
 from areno_core.rollout.prefix import (
     PrefixStore,

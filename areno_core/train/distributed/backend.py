@@ -11,7 +11,7 @@ steps and the loss normalisers are those of one process); the backend shares the
 * each process samples a block of each step's prompts from a full copy of the policy, kept
   current through ``sync_weights`` (:meth:`DistributedBackend.rollout_placement`);
 * checkpoints are sharded, plus one Hugging Face export
-  (:mod:`~areno_core.train.distributed.checkpoint`).
+  (:mod:`~areno_core.train.sharded_checkpoint`).
 
 Only rank 0 prints, logs metrics and writes run outputs. CPUs use gloo, GPUs NCCL, through the
 same code. See ``docs/distributed.md``.
@@ -29,23 +29,19 @@ from torch import nn
 
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.config import default_of
+from areno_core.contracts.backend import BackendSpec
 from areno_core.log import get_logger
 from areno_core.models.loading import enable_activation_checkpointing, is_activation_checkpointing
 from areno_core.options import option
-from areno_core.train.contract import BackendSpec
+from areno_core.rollout.placement import RolloutPlacement
 from areno_core.train.distributed.context import (
     DistContext,
     check_mesh_shape,
     init_distributed,
 )
-from areno_core.train.distributed.parallelize import (
-    copy_full_weights,
-    is_sharded,
-    materialise,
-    meta_copy,
-    shard_module,
-)
+from areno_core.train.distributed.parallelize import copy_full_weights, shard_module
 from areno_core.train.distributed.placement import DataParallelPlacement
+from areno_core.train.dtensor import is_sharded, materialise, meta_copy
 from areno_core.train.local import LocalBackend
 from areno_core.types import TrainResult
 from areno_core.validators import number
@@ -53,7 +49,6 @@ from areno_core.validators import number
 if TYPE_CHECKING:
     from areno_core.model import TrainableModel
     from areno_core.registry import Registry
-    from areno_core.rollout.runner import RolloutPlacement
 
 logger = get_logger(__name__)
 
@@ -246,7 +241,6 @@ class DistributedBackend:
     def rollout_placement(self, model: TrainableModel) -> RolloutPlacement:
         """Rollouts sample from a full, unsharded copy of the policy in every process, each
         process a block of the prompts; ``weights()`` refreshes the copy from the shards."""
-        from areno_core.rollout.runner import RolloutPlacement
 
         if "policy" not in self._skeletons:
             raise RuntimeError("rollout_placement() needs setup() first (the policy is unsharded)")
@@ -291,8 +285,8 @@ class DistributedBackend:
         config: Mapping[str, Any],
     ) -> Path:
         """Write ``<save_root>/step_<model.step>/`` from every process: sharded training state
-        and one Hugging Face export (see :mod:`areno_core.train.distributed.checkpoint`)."""
-        from areno_core.train.distributed.checkpoint import save_sharded_checkpoint
+        and one Hugging Face export (see :mod:`areno_core.train.sharded_checkpoint`)."""
+        from areno_core.train.sharded_checkpoint import save_sharded_checkpoint
 
         if "policy" not in self._skeletons:
             raise RuntimeError("save_checkpoint() needs setup() first")
@@ -308,7 +302,7 @@ class DistributedBackend:
     def load_checkpoint(self, model: TrainableModel, path: str | Path) -> dict[str, Any]:
         """Restore a checkpoint of any world size (or of the local backend) into the sharded
         model; call :meth:`setup` first."""
-        from areno_core.train.distributed.checkpoint import load_training_checkpoint
+        from areno_core.train.sharded_checkpoint import load_training_checkpoint
 
         if model.optimizer is None:
             raise RuntimeError("load_checkpoint() needs setup() first (the optimizers)")

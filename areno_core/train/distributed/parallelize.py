@@ -23,7 +23,6 @@ the global loss, exactly as in one process.
 
 from __future__ import annotations
 
-import copy
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -174,12 +173,6 @@ def _linear_plan(
     return plan
 
 
-def is_sharded(module: nn.Module | None) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(module, FSDPModule)
-
-
 @torch.no_grad()
 def clip_sharded_grad_norm(params: Iterable[nn.Parameter], max_norm: float) -> torch.Tensor:
     """Clip the global L2 norm of (possibly sharded) gradients to ``max_norm`` like
@@ -222,52 +215,3 @@ def copy_full_weights(source: nn.Module, target: nn.Module) -> None:
             full = value.full_tensor() if isinstance(value, DTensor) else value
             gathered[id(value)] = full
         dest[key].copy_(full)
-
-
-def meta_copy(module: nn.Module) -> nn.Module:
-    """A copy of ``module`` whose parameters are on the meta device (no memory; tied
-    parameters stay tied) and whose buffers are real copies (rotary tables and the like are
-    not in a state dict, so they must survive). Fill it with :func:`materialise`."""
-    memo: dict[int, Any] = {}
-    for param in module.parameters():
-        if id(param) not in memo:
-            empty = torch.empty_like(param, device="meta")
-            memo[id(param)] = nn.Parameter(empty, requires_grad=param.requires_grad)
-    return copy.deepcopy(module, memo)
-
-
-def materialise(
-    skeleton: nn.Module,
-    device: torch.device | str,
-    weights: dict[str, torch.Tensor] | None = None,
-) -> nn.Module:
-    """A real module from a :func:`meta_copy`: its parameters take ``weights`` (assigned,
-    without a copy) or fresh uninitialised memory on ``device``; tied parameters stay tied."""
-    module = copy.deepcopy(skeleton)  # meta parameters cost nothing to copy
-    fresh: dict[int, nn.Parameter] = {}
-    names = {id(p): n for n, p in module.named_parameters()}
-    for sub in module.modules():
-        for name, param in list(sub._parameters.items()):
-            if param is None:
-                continue
-            if id(param) not in fresh:
-                key = names.get(id(param))
-                if weights is None:
-                    data = torch.empty_like(param, device=device)
-                elif key in weights:
-                    data = weights[key]
-                else:
-                    raise KeyError(f"no weight for {key}")
-                fresh[id(param)] = nn.Parameter(data, requires_grad=param.requires_grad)
-            sub._parameters[name] = fresh[id(param)]
-    module.to(device)
-    if weights is not None:
-        expected = set(module.state_dict())
-        unknown = sorted(set(weights) - expected)
-        if unknown:
-            raise KeyError(f"weights not in the model: {', '.join(unknown[:3])}")
-        with torch.no_grad():
-            for name, buffer in module.named_buffers():
-                if name in weights:
-                    buffer.copy_(weights[name])
-    return module

@@ -120,8 +120,8 @@ def test_echo_recipe_without_algo_raises_config_error(pack_registry):
 
 
 def test_echo_recipe_trains_two_steps_logs_rewards(pack_registry, tmp_path):
+    from areno_core.metrics.logger import read_jsonl
     from areno_core.run import run_training
-    from areno_core.train.metrics import read_jsonl
 
     resolved = resolve_run(
         {

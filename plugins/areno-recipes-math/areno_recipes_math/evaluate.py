@@ -119,9 +119,9 @@ def evaluate_model(
 ) -> EvalResult:
     """Greedy completions of every row's prompt by the registered rollout engine ``engine``,
     scored by ``reward_fn``."""
+    from areno_core.contracts.engine import EngineOptions, RolloutSession
     from areno_core.registry import get_registry
     from areno_core.rewards import RewardScorer
-    from areno_core.rollout.base import EngineOptions, RolloutSession
     from areno_core.rollout.collect import encode_items, prompt_item
     from areno_core.types import RewardRecord, SamplingParams
 

@@ -10,9 +10,9 @@ import pytest
 from areno_recipes_math.evaluate import EVALUATORS
 from areno_recipes_math.recipes import ARITH_EVAL
 
+from areno_core.metrics.logger import read_jsonl
 from areno_core.registry import get_registry
 from areno_core.testing import run_areno
-from areno_core.train.metrics import read_jsonl
 
 pytestmark = pytest.mark.usefixtures("installed_plugins_only")
 

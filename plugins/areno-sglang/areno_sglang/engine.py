@@ -14,7 +14,7 @@ with another version. On remote servers (which other clients may share) a push r
 pause (``retract``) -> push -> flush the cache (retried while requests are pending) ->
 continue, so no request samples from half-updated weights or a cache of the old ones.
 
-Lifecycle (see :mod:`areno_core.rollout.base`): a colocated server releases its memory when a
+Lifecycle (see :mod:`areno_core.contracts.engine`): a colocated server releases its memory when a
 session ends and resumes it at the next one. SGLang's memory saver discards the weights on
 release unless the server keeps a CPU copy (``--enable-weights-cpu-backup`` in
 ``--sglang-server-args``), so the engine then says ``drops_weights`` and, after each release,
@@ -36,8 +36,8 @@ from typing import Any
 
 from torch import nn
 
+from areno_core.contracts.engine import EngineOptions, WeightsNotHeldError
 from areno_core.log import get_logger, warn_once
-from areno_core.rollout.base import EngineOptions, WeightsNotHeldError
 from areno_core.rollout.sampling import validate_sampling
 from areno_core.types import Completion, SamplingParams
 from areno_sglang.client import SGLangClient, SGLangServerError, StaleWeightsError

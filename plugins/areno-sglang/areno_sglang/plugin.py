@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from areno_core.contracts.engine import EngineSpec
 from areno_core.hookspecs import hookimpl
-from areno_core.rollout.base import EngineSpec
 from areno_sglang.config import SGLangEngineConfig, unavailable_reason
 from areno_sglang.engine import create_sglang_engine
 

@@ -48,8 +48,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from areno_core.contracts.engine import EngineOptions
 from areno_core.log import get_logger
-from areno_core.rollout.base import EngineOptions
 from areno_core.rollout.native import NativeEngine
 from areno_core.types import SamplingParams
 from areno_sglang.client import ADMIN_ROUTES

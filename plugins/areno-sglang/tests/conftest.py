@@ -13,8 +13,8 @@ from areno_sglang.config import SGLangEngineConfig
 from areno_sglang.engine import SGLangEngine
 from areno_sglang.protocol_server import ProtocolServer
 
+from areno_core.contracts.engine import EngineOptions
 from areno_core.engine_conformance import EOS, conformance_model
-from areno_core.rollout.base import EngineOptions
 
 
 @pytest.fixture(autouse=True, scope="module")

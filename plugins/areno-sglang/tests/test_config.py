@@ -141,7 +141,6 @@ def test_is_local_knows_loopback_hosts():
 
 def test_a_resumed_run_may_point_at_other_servers_but_not_change_what_it_trains(tmp_path):
     from areno_core.config import dump_yaml
-    from areno_core.options import OptionTable
     from areno_core.registry import get_registry
     from areno_core.resolve import resolve_run, resumed_config
 
@@ -150,7 +149,7 @@ def test_a_resumed_run_may_point_at_other_servers_but_not_change_what_it_trains(
     engine = {"rollout_engine": "sglang", "sglang_url": "http://a:1"}
     saved = resolve_run({**base, **engine}, registry=registry)
     dump_yaml(saved.to_dict(), tmp_path / "config.yaml")
-    table = OptionTable.from_registry(registry)
+    table = registry.options
 
     moved = {"sglang_url": "http://b:2", "sglang_timeout_s": 30.0}
     again = resolve_run({**base, **engine, **moved}, registry=registry).config

@@ -23,6 +23,7 @@ from areno_sglang.config import SGLangEngineConfig
 from areno_sglang.engine import SGLangEngine
 from areno_sglang.weights import free_port, pickle_serializer
 
+from areno_core.contracts.engine import EngineOptions, RolloutSession
 from areno_core.engine_conformance import (
     EOS,
     conformance_model,
@@ -30,7 +31,6 @@ from areno_core.engine_conformance import (
     native_reference,
     tokens,
 )
-from areno_core.rollout.base import EngineOptions, RolloutSession
 from areno_core.types import SamplingParams
 
 GREEDY = SamplingParams(max_new_tokens=8, greedy=True)

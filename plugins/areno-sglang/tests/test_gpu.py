@@ -14,8 +14,8 @@ import torch
 from areno_sglang.config import SGLangEngineConfig
 from areno_sglang.engine import SGLangEngine
 
+from areno_core.contracts.engine import EngineOptions, RolloutSession
 from areno_core.engine_conformance import EOS, conformance_prompts, teacher_forced_logprobs
-from areno_core.rollout.base import EngineOptions, RolloutSession
 from areno_core.rollout.native import NativeEngine
 from areno_core.types import SamplingParams
 

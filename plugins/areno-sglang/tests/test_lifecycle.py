@@ -13,6 +13,7 @@ import pytest
 from areno_sglang.client import SGLangClient, SGLangServerError
 from areno_sglang.engine import SGLangEngine
 
+from areno_core.contracts.engine import RolloutSession, WeightsNotHeldError
 from areno_core.engine_conformance import (
     EOS,
     conformance_model,
@@ -20,7 +21,6 @@ from areno_core.engine_conformance import (
     native_reference,
     tokens,
 )
-from areno_core.rollout.base import RolloutSession, WeightsNotHeldError
 from areno_core.types import SamplingParams
 
 GREEDY = SamplingParams(max_new_tokens=8, greedy=True)
@@ -80,7 +80,7 @@ def test_sync_eval_rollout_samples_the_policy_with_the_version_it_came_from(
     # step-1 rollout, through the runner the run uses, on a server that discards weights.
     from types import SimpleNamespace
 
-    from areno_core.rollout.runner import RolloutRunner
+    from areno_core.runner.rollout import RolloutRunner
 
     policy = conformance_model(0)
     prompts = conformance_prompts()

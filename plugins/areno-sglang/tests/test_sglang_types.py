@@ -37,8 +37,8 @@ from areno_sglang.compat import SGLANG_TESTED
 from areno_sglang.protocol_server import SAMPLING_KEYS
 from areno_sglang.weights import GroupSync, disk_payload, pickle_serializer, tensor_payload
 
+from areno_core.contracts.engine import RolloutSession
 from areno_core.engine_conformance import conformance_model, conformance_prompts
-from areno_core.rollout.base import RolloutSession
 from areno_core.types import SamplingParams
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from areno_core.train.sinks import RunInfo, SinkSpec, flat_config
+from areno_core.contracts.sink import RunInfo, SinkSpec
+from areno_core.metrics.sinks import flat_config
 from areno_trackers.common import missing
 
 DEFAULT_URI = "file:./mlruns"

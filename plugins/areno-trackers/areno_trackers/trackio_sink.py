@@ -13,7 +13,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from areno_core.train.sinks import RunInfo, SinkSpec, flat_config
+from areno_core.contracts.sink import RunInfo, SinkSpec
+from areno_core.metrics.sinks import flat_config
 from areno_trackers.common import missing
 
 

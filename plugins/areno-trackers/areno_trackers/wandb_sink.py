@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
-from areno_core.train.sinks import RunInfo, SinkSpec
+from areno_core.contracts.sink import RunInfo, SinkSpec
 from areno_trackers.common import missing
 
 OFFLINE_MODES = ("offline", "disabled", "dryrun")

@@ -14,9 +14,9 @@ from areno_trackers import common, mlflow_sink, wandb_sink
 from areno_trackers.wandb_offline import read_run
 
 from areno_core.cli.main import main
+from areno_core.metrics.logger import read_jsonl
 from areno_core.registry import get_registry
 from areno_core.testing import run_areno
-from areno_core.train.metrics import read_jsonl
 
 REPO = Path(__file__).resolve().parents[3]
 SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"

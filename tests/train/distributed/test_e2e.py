@@ -254,7 +254,7 @@ def test_two_torchrun_nodes_on_localhost_train_like_one_process(tmp_path, files)
 RECORDING_SINK = """
 import json, os
 from areno_core import hookimpl
-from areno_core.train.sinks import SinkSpec
+from areno_core.contracts.sink import SinkSpec
 
 
 class RecordingSink:

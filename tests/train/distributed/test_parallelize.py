@@ -14,9 +14,8 @@ from areno_core.train.distributed.parallelize import (
     clip_sharded_grad_norm,
     copy_full_weights,
     decoder_layers,
-    materialise,
-    meta_copy,
 )
+from areno_core.train.dtensor import materialise, meta_copy
 
 
 def test_tp_plan_families_with_divisible_heads_are_accepted():

@@ -11,8 +11,8 @@ import pytest
 import torch
 from rich.console import Console
 
-from areno_core.train import metrics as metrics_mod
-from areno_core.train.metrics import MetricsLogger, Timer, read_jsonl, read_scalars
+from areno_core.metrics import logger as metrics_mod
+from areno_core.metrics.logger import MetricsLogger, Timer, read_jsonl, read_scalars
 from areno_core.train.progress import TrainProgress, format_stats, print_summary
 
 STEPS = [

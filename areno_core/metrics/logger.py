@@ -28,8 +28,9 @@ from typing import Any
 
 import torch
 
+from areno_core.contracts.sink import MetricSink, RunInfo
 from areno_core.log import get_logger
-from areno_core.train.sinks import JSONL_FILE, JsonlSink, MetricSink, RunInfo, TensorBoardSink
+from areno_core.metrics.sinks import JSONL_FILE, JsonlSink, TensorBoardSink
 
 logger = get_logger(__name__)
 
@@ -38,7 +39,7 @@ __all__ = ["JSONL_FILE", "MetricsLogger", "Timer", "read_jsonl", "read_scalars"]
 
 
 class MetricsLogger:
-    """Write scalar metrics to the run's metric sinks (:mod:`areno_core.train.sinks`).
+    """Write scalar metrics to the run's metric sinks (:mod:`areno_core.metrics.sinks`).
 
     With ``log_dir=None`` and no ``sinks`` nothing is written and only :attr:`history` is
     kept. Given a ``log_dir`` alone, the sinks are TensorBoard and ``metrics.jsonl`` there

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from areno_core.accel.master_weights import MasterWeightOptimizer, needs_master_weights
 from areno_core.model import TrainableModel
 from areno_core.models.scratch import build_random_model
 from areno_core.models.tokenizer import build_byte_tokenizer
-from areno_core.train.master_weights import MasterWeightOptimizer, needs_master_weights
 from areno_core.train.optim import (
     build_optimizer,
     build_scheduler,

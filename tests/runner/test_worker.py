@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from areno_core.rollout.weights import pack_weights
-from areno_core.rollout.worker import (
+from areno_core.runner.worker import (
     Batch,
     Mailbox,
     PublishedWeights,

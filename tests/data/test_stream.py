@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from areno_core.data.stream import DataStream
 from areno_core.errors import DatasetError
-from areno_core.train.datastream import DataStream
 
 
 def drain(stream: DataStream) -> list[list[int]]:

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 import torch
 
+from areno_core.contracts.engine import EngineOptions, WeightsNotHeldError
 from areno_core.model import TrainableModel
-from areno_core.rollout.base import EngineOptions, WeightsNotHeldError
 from areno_core.rollout.native import NativeEngine
-from areno_core.rollout.runner import RolloutPlacement, RolloutRunner, share_bounds
+from areno_core.rollout.placement import RolloutPlacement, share_bounds
+from areno_core.runner.rollout import RolloutRunner
 from areno_core.types import SamplingParams
 
 
@@ -201,7 +202,7 @@ def test_rollout_state_is_reported_kept_or_dropped(runner):
 
 
 def test_offload_optimizer_moves_state_out_for_the_rollout_and_back(runner, monkeypatch):
-    from areno_core.rollout import runner as runner_module
+    from areno_core.runner import rollout as runner_module
 
     moves: list[tuple[str, list[str], int]] = []  # (device, optimizers, engine calls so far)
 
@@ -287,8 +288,8 @@ def test_async_worker_keeps_the_published_weights_for_an_engine_that_drops_them(
     from multiprocessing import Pipe
 
     from areno_core.rollout.weights import pack_weights
-    from areno_core.rollout.worker import Batch, Mailbox, PublishedWeights, Rollout, Stop, serve
-    from areno_core.rollout.worker import Weights as WeightsMessage
+    from areno_core.runner.worker import Batch, Mailbox, PublishedWeights, Rollout, Stop, serve
+    from areno_core.runner.worker import Weights as WeightsMessage
 
     trainer = TrainableModel.from_ckpt("random:qwen3-tiny", seed=3)  # what the trainer has
     rows = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": "4"}]

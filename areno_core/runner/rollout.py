@@ -5,7 +5,7 @@ The run builds one :class:`RolloutRunner` over one engine. The loop calls
 :meth:`RolloutRunner.sync_weights` before the first step and after every step (it hands the
 engine the policy whenever ``model.optimizer_steps`` moved, with that count as the version),
 then calls the runner for each step's rows. Every rollout and every evaluation runs inside a
-:class:`~areno_core.rollout.base.RolloutSession`.
+:class:`~areno_core.contracts.engine.RolloutSession`.
 
 When training spans several processes, the backend's :class:`RolloutPlacement` says which
 module the engine samples from (a full copy of the sharded policy), what ``sync_weights``
@@ -24,61 +24,15 @@ from typing import Any
 import attrs
 
 from areno_core.accel.memory import MIB, move_optimizer_state
+from areno_core.contracts.engine import RolloutEngine, RolloutSession, holds_weights
 from areno_core.log import get_logger
 from areno_core.model import TrainableModel
 from areno_core.rewards import RewardScorer
-from areno_core.rollout.base import RolloutEngine, RolloutSession, holds_weights
-from areno_core.rollout.collect import collect_groups, merge_rollout_metrics, prompt_item
+from areno_core.rollout.collect import collect_groups, prompt_item
+from areno_core.rollout.placement import RolloutPlacement
 from areno_core.types import SamplingParams, TrajectoryGroup
 
 logger = get_logger(__name__)
-
-
-@attrs.frozen
-class RolloutPlacement:
-    """Where a run's rollouts run (a training backend may provide one: ``rollout_placement``).
-
-    ``policy``: the module the engine is created on; ``weights()``: what ``sync_weights``
-    hands the engine (every process calls it at the same points, so it may be a collective);
-    ``rank`` / ``size``: this process's place among the processes that share each step's
-    prompts; ``gather(obj)``: every process's ``obj``, in rank order (a collective).
-    """
-
-    policy: Any
-    weights: Callable[[], Any]
-    rank: int = 0
-    size: int = 1
-    gather: Callable[[Any], list[Any]] | None = None
-
-    @classmethod
-    def local(cls, model: TrainableModel) -> RolloutPlacement:
-        """One process sampling from the policy module itself (no copy, free syncs)."""
-        return cls(model.policy, lambda: model.policy)
-
-    def share(self, count: int) -> tuple[int, int]:
-        """The ``[start, stop)`` block of ``count`` prompts this process samples."""
-        return share_bounds(count, self.rank, self.size)
-
-    def gather_groups(
-        self, groups: list[TrajectoryGroup], metrics: dict[str, float], generator: Any = None
-    ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
-        """Every process's groups (in prompt order) and their merged metrics. The random
-        generator, when given, takes rank 0's state everywhere, so later draws agree."""
-        if self.size == 1 or self.gather is None:
-            return groups, metrics
-        state = generator.get_state() if generator is not None else None
-        parts = self.gather((groups, metrics, state))
-        every = [g for part in parts for g in part[0]]
-        if generator is not None:
-            generator.set_state(parts[0][2])
-        return every, merge_rollout_metrics([part[1] for part in parts], every)
-
-
-def share_bounds(count: int, rank: int, size: int) -> tuple[int, int]:
-    """Contiguous, balanced blocks: rank ``r`` of ``size`` gets ``[start, stop)`` of ``count``."""
-    base, extra = divmod(count, size)
-    start = rank * base + min(rank, extra)
-    return start, start + base + (1 if rank < extra else 0)
 
 
 @attrs.define
@@ -135,10 +89,10 @@ class RolloutRunner:
     def sync_weights(self, weights: Any = None) -> None:
         """Hand the engine the policy if it changed since the last sync (or never was), or if
         the engine lost the weights of that version (a release that dropped them: see
-        :mod:`areno_core.rollout.base`). ``weights`` are the current version's weights when
+        :mod:`areno_core.contracts.engine`). ``weights`` are the current version's weights when
         the caller has them (the asynchronous rollout worker); by default the placement's. A
         LoRA policy goes as the engine's spec asks (``lora_weights``: the module, the merged
-        weights or the adapter; see :class:`~areno_core.rollout.base.EngineSpec`)."""
+        weights or the adapter; see :class:`~areno_core.contracts.engine.EngineSpec`)."""
         from areno_core.models.lora import weights_for_engine
 
         version = self.model.optimizer_steps
@@ -241,8 +195,8 @@ class RolloutRunner:
         self, rows: Sequence[dict[str, Any]], *, max_new_tokens: int
     ) -> Callable[[], dict[str, float]]:
         """Greedy held-out evaluation on ``rows`` with this runner's engine and reward (see
-        :mod:`areno_core.evaluation`)."""
-        from areno_core.evaluation import build_evaluator
+        :mod:`areno_core.runner.evaluation`)."""
+        from areno_core.runner.evaluation import build_evaluator
 
         evaluate = build_evaluator(
             rows,

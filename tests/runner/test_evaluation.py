@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from areno_core.evaluation import build_evaluator
 from areno_core.models.tokenizer import build_byte_tokenizer
+from areno_core.runner.evaluation import build_evaluator
 from areno_core.types import Completion
 
 

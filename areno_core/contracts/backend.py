@@ -7,14 +7,11 @@ members of :class:`TrainingBackend`. ``LocalBackend`` (one process) and ``Distri
 (several processes, :mod:`areno_core.train.distributed`) are built in; others register a
 :class:`BackendSpec` through the ``register_backends`` hook.
 
-A backend whose work spans several processes may also provide
-``rollout_placement(model) -> RolloutPlacement`` (:mod:`areno_core.rollout.runner`): which
-module the rollout engine samples from, how the engine gets current weights, and how each
-step's prompts are shared among the processes. Without it, the engine samples from
-``model.policy`` in this one process. Two more optional members: ``any_process(flag) -> bool``
-(the run asks it before each step whether Ctrl-C was pressed anywhere, so every process stops
-after the same step) and ``model_dtype(choice) -> torch.dtype`` (the dtype models load in for
-``--dtype choice``; without it, the run's choice for the device).
+Besides training and checkpoints, the protocol has three members a backend of several
+processes answers differently from one process: ``model_dtype`` (what models load in),
+``rollout_placement`` (where rollouts sample, :mod:`areno_core.rollout.placement`) and
+``any_process`` (whether every process stops after the same step). ``LocalBackend`` shows the
+one-process answers.
 """
 
 from __future__ import annotations
@@ -29,10 +26,13 @@ from areno_core.options import NoOptions, make_options
 from areno_core.types import TrainResult
 
 if TYPE_CHECKING:
+    import torch
+
     from areno_core.algorithm import AlgorithmSpec
     from areno_core.config import RunConfig
     from areno_core.model import TrainableModel
     from areno_core.registry import Registry
+    from areno_core.rollout.placement import RolloutPlacement
 
 
 @runtime_checkable
@@ -89,6 +89,19 @@ class TrainingBackend(Protocol):
     def load_checkpoint(self, model: TrainableModel, path: str | Path) -> dict[str, Any]:
         """Restore a checkpoint into ``model`` (weights, optimizers, step counters, random
         streams) and return the ``trainer_state`` it was saved with."""
+
+    def model_dtype(self, choice: str) -> torch.dtype:
+        """The dtype the run loads models in for ``--dtype choice`` (``auto`` included) on
+        this backend's device; a choice the backend cannot train in is a ``ValueError``."""
+
+    def rollout_placement(self, model: TrainableModel) -> RolloutPlacement:
+        """Where rollouts run (call after ``setup``): the module the engine samples from, what
+        a weight sync hands the engine, and which block of each step's prompts this process
+        samples."""
+
+    def any_process(self, flag: bool) -> bool:
+        """Whether ``flag`` holds in any process of the run (a collective when there are
+        several): asked before each step whether Ctrl-C was pressed, so all stop together."""
 
 
 def _any_shape(config: RunConfig) -> str | None:

@@ -57,6 +57,7 @@ from areno_core.train.checkpoint import (
     read_weights,
     restore_rng_state,
 )
+from areno_core.train.dtensor import is_sharded, materialise
 
 logger = get_logger(__name__)
 
@@ -184,8 +185,6 @@ def save_sharded_checkpoint(
 
 def _export(skeleton: nn.Module, weights: dict[str, torch.Tensor], directory: Path) -> None:
     """Save full ``weights`` in the Hugging Face layout of the module ``skeleton`` describes."""
-    from areno_core.train.distributed.parallelize import materialise
-
     _save_module(materialise(skeleton, "cpu", weights), directory)
 
 
@@ -200,8 +199,6 @@ def _export_adapter(
     with ``--save-merged``, ``merged/`` (``weights`` then hold the base weights too). Returns
     the export directories written."""
     from areno_core.models.lora import MERGED_DIR, AdapterWeights, save_merged
-    from areno_core.train.distributed.parallelize import materialise
-
     tensors = adapter.adapter_state_dict(weights)
     config = {**adapter.adapter_config(), "inference_mode": True}  # as PEFT saves it
     AdapterWeights(config, tensors, adapter.base).save(directory)
@@ -308,8 +305,6 @@ def _load_sharded(model: Any, directory: Path) -> None:
 
 def _load_full(model: Any, path: Path, state: Mapping[str, Any]) -> None:
     """A local backend's checkpoint (full weights, index-keyed optimizer state)."""
-    from areno_core.train.distributed.parallelize import is_sharded
-
     for name, (module, optimizer) in _roles(model).items():
         directory = path if name == "policy" else path / name
         saved_optim = state["optimizer"] if name == "policy" else state["extra"][name]["optimizer"]

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from areno_core.config import build_config
+from areno_core.contracts.engine import EngineOptions
+from areno_core.data.stream import DataStream
 from areno_core.errors import ConfigError
 from areno_core.registry import get_registry
-from areno_core.rollout.async_runner import AsyncRolloutRunner, check_async_options
-from areno_core.rollout.base import EngineOptions
 from areno_core.rollout.sampling import seeded
-from areno_core.rollout.worker import Batch, WorkerSpec
-from areno_core.train.datastream import DataStream
+from areno_core.runner.async_rollout import AsyncRolloutRunner, check_async_options
+from areno_core.runner.worker import Batch, WorkerSpec
 from areno_core.types import PromptItem, SamplingParams, Trajectory, TrajectoryGroup
 
 pytestmark = pytest.mark.usefixtures("installed_plugins_only")

@@ -14,7 +14,7 @@ The lifecycle, and what ending a session may drop:
   it keeps a CPU copy). Such an engine sets ``holds_weights`` to False until the next
   ``sync_weights`` and refuses to ``generate`` meanwhile (:class:`WeightsNotHeldError`): it
   never samples from memory that no longer holds the version it would stamp.
-* Whoever syncs weights (the run's :class:`~areno_core.rollout.runner.RolloutRunner`, the
+* Whoever syncs weights (the run's :class:`~areno_core.runner.rollout.RolloutRunner`, the
   asynchronous rollout worker) checks :func:`holds_weights` before each session and pushes the
   weights of the current version again when the engine lost them, so a release never changes
   what a completion's ``policy_version`` means.

@@ -10,10 +10,8 @@ import pytest
 
 from areno_core.cli.main import main
 from areno_core.errors import ConfigError
-from areno_core.registry import get_registry
-from areno_core.testing import run_areno
-from areno_core.train.metrics import MetricsLogger, read_jsonl, read_scalars
-from areno_core.train.sinks import (
+from areno_core.metrics.logger import MetricsLogger, read_jsonl, read_scalars
+from areno_core.metrics.sinks import (
     JSONL_SINK,
     RunInfo,
     SinkSpec,
@@ -22,6 +20,8 @@ from areno_core.train.sinks import (
     open_sinks,
     parse_report_to,
 )
+from areno_core.registry import get_registry
+from areno_core.testing import run_areno
 
 REPO = Path(__file__).resolve().parents[2]
 SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
@@ -31,7 +31,7 @@ SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
 RECORDING_PACK = """
 import json, os
 from areno_core import hookimpl
-from areno_core.train.sinks import SinkSpec
+from areno_core.contracts.sink import SinkSpec
 
 
 class RecordingSink:

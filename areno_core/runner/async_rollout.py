@@ -33,21 +33,20 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import torch
 
+from areno_core.data.stream import DataStream
 from areno_core.errors import ArenoError, ConfigError
 from areno_core.log import get_logger
 from areno_core.model import TrainableModel
 from areno_core.rollout.sampling import draw_seed, seeded
 from areno_core.rollout.weights import pack_weights
-from areno_core.rollout.worker import (
+from areno_core.runner.worker import (
     Batch,
     Failed,
     Ready,
@@ -57,13 +56,11 @@ from areno_core.rollout.worker import (
     WorkerSpec,
     worker_main,
 )
-from areno_core.train.datastream import DataStream
 from areno_core.types import TrajectoryGroup
 
 if TYPE_CHECKING:
     from areno_core.algorithm import AlgorithmSpec
     from areno_core.config import RunConfig
-    from areno_core.run import RunPlan
 
 logger = get_logger(__name__)
 
@@ -386,51 +383,6 @@ class AsyncRolloutRunner:
         )
 
 
-def build_async_rollout(
-    plan: RunPlan, model: TrainableModel, stream: DataStream, max_steps: int
-) -> AsyncRolloutRunner:
-    """The run's asynchronous rollout: a worker with the run's engine, reward and agent."""
-    from areno_core.accel.attention import FLASH, uses_flash
-    from areno_core.run import agent_options, engine_options, sampling_params
-
-    cfg, resolved = plan.config, plan.resolved
-    assert resolved.engine is not None
-    total = torch.get_num_threads()
-    worker_threads = cfg.rollout_threads or max(1, total // 2)
-    on_cpu = model.device.type == "cpu"
-    spec = WorkerSpec(
-        ckpt=cfg.ckpt,
-        device=str(model.device),
-        engine=resolved.engine.name,
-        engine_options=engine_options(plan, model),
-        engine_config=attrs.asdict(resolved.engine_config),
-        sampling=sampling_params(cfg),
-        n_samples=cfg.n_samples,
-        batch_size=cfg.batch_size,
-        reward_fn=cfg.reward_fn_path,
-        reward_ckpt=cfg.reward_ckpt,
-        agent_fn=cfg.agent_fn,
-        agent_options=agent_options(cfg) if cfg.agent_fn else {},
-        disable_thinking=cfg.disable_thinking,
-        drop_state=cfg.drop_rollout_state,
-        drop_uniform_groups=cfg.drop_uniform_groups,
-        threads=worker_threads if on_cpu else None,
-        log_level=logging.getLogger("areno").getEffectiveLevel(),
-        dtype=str(model.dtype).removeprefix("torch."),
-        # As the trainer loaded its policy: flash-attn when it runs it, the default otherwise.
-        attn_implementation=FLASH if uses_flash(model.policy) else None,
-    )
-    return AsyncRolloutRunner(
-        model,
-        stream,
-        spec,
-        max_staleness=cfg.max_staleness,
-        max_steps=max_steps,
-        agentic=cfg.agent_fn is not None,
-        threads=max(1, total - worker_threads) if on_cpu else None,
-    )
-
-
 def _clone_generator(generator: torch.Generator) -> torch.Generator:
     clone = torch.Generator(device=generator.device)
     clone.set_state(generator.get_state())
@@ -440,6 +392,5 @@ def _clone_generator(generator: torch.Generator) -> torch.Generator:
 __all__ = [
     "AsyncRolloutRunner",
     "RolloutWorkerError",
-    "build_async_rollout",
     "check_async_options",
 ]

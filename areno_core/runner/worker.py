@@ -1,10 +1,10 @@
 """The rollout worker process of ``--async-rollout``: samples, scores and groups completions
 for the batches the trainer sends, with the newest weights it has received.
 
-The trainer (:class:`areno_core.rollout.async_runner.AsyncRolloutRunner`) starts
+The trainer (:class:`areno_core.runner.async_rollout.AsyncRolloutRunner`) starts
 :func:`worker_main` in a spawned process with a :class:`WorkerSpec` and two one-way pipes. The
 worker builds its own copy of the policy (from ``--ckpt``), the run's rollout engine, reward and
-agent, inside an ordinary :class:`~areno_core.rollout.runner.RolloutRunner`, then serves:
+agent, inside an ordinary :class:`~areno_core.runner.rollout.RolloutRunner`, then serves:
 
     trainer -> worker   Weights(version, packed)   the policy after a train step
                         Rollout(step, rows, ...)    a batch to sample, score and group
@@ -37,10 +37,19 @@ from typing import Any
 import attrs
 import torch
 
+from areno_core.accel.attention import attention_of
+from areno_core.agentic.collect import resolve_agent_fn
+from areno_core.contracts.engine import EngineOptions, drops_weights
 from areno_core.errors import ArenoError
 from areno_core.log import get_logger
-from areno_core.rollout.base import EngineOptions, drops_weights
+from areno_core.model import TrainableModel
+from areno_core.models.loading import load_model_and_tokenizer
+from areno_core.models.reward import reward_model_fn
+from areno_core.registry import get_registry
+from areno_core.rewards import resolve_reward_fn
+from areno_core.rollout.placement import RolloutPlacement
 from areno_core.rollout.weights import PackedWeights
+from areno_core.runner.rollout import AgentSettings, RolloutRunner
 from areno_core.types import SamplingParams, TrajectoryGroup
 
 logger = get_logger(__name__)
@@ -130,12 +139,6 @@ class WorkerSpec:
 
 def build_runner(spec: WorkerSpec) -> Any:
     """The worker's :class:`RolloutRunner`: its own policy copy, engine, reward and agent."""
-    from areno_core.model import TrainableModel
-    from areno_core.models.loading import load_model_and_tokenizer
-    from areno_core.registry import get_registry
-    from areno_core.rewards import resolve_reward_fn
-    from areno_core.rollout.runner import AgentSettings, RolloutPlacement, RolloutRunner
-
     if spec.threads is not None:
         torch.set_num_threads(spec.threads)
     registry = get_registry()
@@ -158,13 +161,14 @@ def build_runner(spec: WorkerSpec) -> Any:
         reward_fn = resolve_reward_fn(spec.reward_fn, registry)
     else:
         assert spec.reward_ckpt is not None, "the run checks that one of them is given"
-        from areno_core.run import _reward_model_fn  # the run's reward-model scorer
-
-        reward_fn = _reward_model_fn(model, spec.reward_ckpt)
+        reward_fn = reward_model_fn(
+            spec.reward_ckpt,
+            device=model.device,
+            dtype=model.dtype,
+            attn_implementation=attention_of(model.policy),
+        )
     agent = None
     if spec.agent_fn is not None:
-        from areno_core.agentic.collect import resolve_agent_fn
-
         agent = AgentSettings(resolve_agent_fn(spec.agent_fn, registry), **spec.agent_options)
     return RolloutRunner(
         model,
@@ -221,7 +225,7 @@ class Mailbox:
 
 class PublishedWeights:
     """What the worker's runner re-pushes when its engine dropped the weights of the current
-    version (see :mod:`areno_core.rollout.base`): the newest weights the trainer published,
+    version (see :mod:`areno_core.contracts.engine`): the newest weights the trainer published,
     kept only for an engine that may drop them (the others hold them already, and keeping the
     shared-memory copy alive would cost a copy of the policy)."""
 

@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from areno_core.contracts.engine import RolloutSession
 from areno_core.rewards import RewardScorer
-from areno_core.rollout.base import RolloutSession
 from areno_core.rollout.collect import collect_groups, prompt_item
 from areno_core.types import SamplingParams
 
 if TYPE_CHECKING:
-    from areno_core.rollout.runner import RolloutPlacement
+    from areno_core.rollout.placement import RolloutPlacement
 
 # rollout/* statistics of the greedy pass, under the names they are logged as.
 EVAL_METRICS = {
