@@ -199,6 +199,7 @@ def _export_adapter(
     with ``--save-merged``, ``merged/`` (``weights`` then hold the base weights too). Returns
     the export directories written."""
     from areno_core.models.lora import MERGED_DIR, AdapterWeights, save_merged
+
     tensors = adapter.adapter_state_dict(weights)
     config = {**adapter.adapter_config(), "inference_mode": True}  # as PEFT saves it
     AdapterWeights(config, tensors, adapter.base).save(directory)

@@ -20,7 +20,8 @@ from transformers import (
 )
 
 from areno_core.contracts.engine import EngineOptions
-from areno_core.rollout.native import NativeEngine, NativeEngineConfig, _slots
+from areno_core.rollout.generation import row_slots as _slots
+from areno_core.rollout.native import NativeEngine, NativeEngineConfig
 from areno_core.rollout.prefix import (
     PrefixStore,
     attention_with_lse,

@@ -37,8 +37,15 @@ from typing import Any
 from torch import nn
 
 from areno_core.contracts.engine import EngineOptions, WeightsNotHeldError
-from areno_core.log import get_logger, warn_once
-from areno_core.rollout.sampling import validate_sampling
+from areno_core.log import get_logger
+from areno_core.rollout.kit import (
+    GENERATION_STAT_KEYS,
+    FinishedSample,
+    add_completions,
+    admit_prompts,
+    count_generation,
+    resolve_eos,
+)
 from areno_core.types import Completion, SamplingParams
 from areno_sglang.client import SGLangClient, SGLangServerError, StaleWeightsError
 from areno_sglang.config import SGLangEngineConfig, is_local, servers_for_rank
@@ -55,19 +62,7 @@ from areno_sglang.weights import (
 
 logger = get_logger(__name__)
 
-STAT_KEYS = (
-    "prompts",
-    "skipped_prompts",
-    "completions",
-    "prompt_tokens",
-    "generated_tokens",
-    "cached_tokens",
-    "requests",
-    "generate_time_s",
-    "tokens_per_s",
-    "weight_syncs",
-    "weight_sync_time_s",
-)
+STAT_KEYS = (*GENERATION_STAT_KEYS, "cached_tokens", "requests", "weight_sync_time_s")
 
 
 def data_parallel_rank() -> tuple[int, int]:
@@ -329,9 +324,6 @@ class SGLangEngine:
         self, prompts: list[list[int]], sampling: SamplingParams, *, n: int = 1
     ) -> list[list[Completion]]:
         """Sample ``n`` completions per prompt on the servers (see the module docstring)."""
-        validate_sampling(sampling)
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
         if not self.holds_weights:
             why = (
                 "the servers' memory was released since the last push, and SGLang discards "
@@ -344,20 +336,7 @@ class SGLangEngine:
                 f"version {self.policy_version} first (the run's rollout runner does)"
             )
         began = time.perf_counter()
-        kept: list[int] = []
-        for i, prompt in enumerate(prompts):
-            if len(prompt) == 0:
-                raise ValueError(f"prompt {i} has no tokens")
-            if len(prompt) <= self.options.max_prompt_tokens:
-                kept.append(i)
-        if len(kept) < len(prompts):
-            warn_once(
-                logger,
-                "rollout.skipped_prompts",
-                "skipping prompts longer than max_prompt_tokens=%d (counted in "
-                "rollout stats 'skipped_prompts')",
-                self.options.max_prompt_tokens,
-            )
+        kept = admit_prompts(prompts, sampling, n, max_prompt_tokens=self.options.max_prompt_tokens)
         results: list[list[Completion]] = [[] for _ in prompts]
         if kept:
             with self._lock:
@@ -414,24 +393,11 @@ class SGLangEngine:
         outputs: list[tuple[Request, Output]],
     ) -> None:
         outputs = sorted(outputs, key=lambda pair: (pair[0].prompt_index, pair[0].sample_index))
-        texts = [""] * len(outputs)
-        if self.tokenizer is not None:
-            bodies = [
-                list(o.token_ids[:-1] if o.finish_reason == "stop" else o.token_ids)
-                for _, o in outputs
-            ]
-            texts = self.tokenizer.batch_decode(bodies, skip_special_tokens=False)
-        for (request, out), text in zip(outputs, texts, strict=True):
-            results[request.prompt_index].append(
-                Completion(
-                    prompt_ids=tuple(prompts[request.prompt_index]),
-                    token_ids=out.token_ids,
-                    logprobs=out.logprobs,
-                    text=text,
-                    finish_reason=out.finish_reason,
-                    policy_version=self.policy_version,
-                )
-            )
+        finished = (
+            FinishedSample(request.prompt_index, out.token_ids, out.logprobs, out.finish_reason)
+            for request, out in outputs
+        )
+        add_completions(results, prompts, finished, self.tokenizer, self.policy_version)
 
     def _count(
         self,
@@ -441,17 +407,9 @@ class SGLangEngine:
         outputs: list[tuple[Request, Output]],
         began: float,
     ) -> None:
-        stats = self.stats
-        stats["prompts"] += len(prompts)
-        stats["skipped_prompts"] += len(prompts) - len(kept)
-        stats["completions"] += sum(len(r) for r in results)
-        stats["prompt_tokens"] += sum(len(prompts[i]) * len(results[i]) for i in kept)
-        stats["generated_tokens"] += sum(len(c.token_ids) for r in results for c in r)
-        stats["cached_tokens"] += sum(o.cached_tokens for _, o in outputs)
-        stats["requests"] += len(outputs)
-        stats["generate_time_s"] += time.perf_counter() - began
-        if stats["generate_time_s"] > 0:
-            stats["tokens_per_s"] = stats["generated_tokens"] / stats["generate_time_s"]
+        count_generation(self.stats, prompts, kept, results, time.perf_counter() - began)
+        self.stats["cached_tokens"] += sum(o.cached_tokens for _, o in outputs)
+        self.stats["requests"] += len(outputs)
 
     # -- shutdown ----------------------------------------------------------------------------
 
@@ -493,30 +451,6 @@ def _each_index(indices: list[int], call: Callable[[int], Any]) -> list[Any]:
         return [call(indices[0])]
     with ThreadPoolExecutor(max_workers=len(indices)) as pool:
         return list(pool.map(call, indices))
-
-
-def resolve_eos(policy: nn.Module, tokenizer_or_eos_ids: Any) -> tuple[Any, tuple[int, ...]]:
-    """``(tokenizer or None, EOS ids)``, as the native engine reads them: exactly the given
-    ids, or the tokenizer's ``eos_token_id`` plus the policy's ``generation_config`` EOS."""
-
-    def as_ids(value: Any) -> set[int]:
-        if value is None:
-            return set()
-        if isinstance(value, int):
-            return {int(value)}
-        return {int(v) for v in value}
-
-    source = tokenizer_or_eos_ids
-    ids_given = isinstance(source, list | tuple | set | frozenset) and all(
-        isinstance(v, int) for v in source
-    )
-    if isinstance(source, int) or ids_given:
-        return None, tuple(sorted(as_ids(source)))
-    ids: set[int] = set()
-    if source is not None:
-        ids |= as_ids(getattr(source, "eos_token_id", None))
-    ids |= as_ids(getattr(getattr(policy, "generation_config", None), "eos_token_id", None))
-    return source, tuple(sorted(ids))
 
 
 def create_sglang_engine(
