@@ -40,6 +40,8 @@ from typing import Any, Literal
 
 import attrs
 
+from areno_core.options import make_options
+
 AlgorithmKind = Literal["supervised", "preference", "online"]
 Role = Literal["reference", "critic", "reward_model"]
 ROLES: tuple[str, ...] = ("reference", "critic", "reward_model")
@@ -145,6 +147,5 @@ class AlgorithmSpec:
 
     def make_config(self, options: Any) -> Any:
         """Build this algorithm's config from an object or mapping of run options."""
-        from areno_core.options import make_options
 
         return make_options(self.config_cls, options)

@@ -31,11 +31,14 @@ from typing import Any
 import attrs
 import torch
 
+from areno_core.accel.attention import FLASH, choose_attention
+from areno_core.accel.precision import resolve_run_dtype
 from areno_core.config import DTYPE_CHOICES, default_of
 from areno_core.contracts.engine import EngineOptions, RolloutSession
 from areno_core.data import apply_loader, load_rows, resolve_loader
 from areno_core.errors import ConfigError
 from areno_core.evaluators import EvaluatorSpec, greedy_metrics, sampled_metrics
+from areno_core.models.loading import load_model_and_tokenizer
 from areno_core.recipe import Recipe, resolve_resource
 from areno_core.registry import Registry
 from areno_core.resolve import find_recipe
@@ -249,9 +252,6 @@ def eval_device(device: str) -> str:
 
 def load_checkpoint_model(path: str, device: str, dtype: str, attn_backend: str) -> Any:
     """``(model, tokenizer)`` in eval mode, with the dtype and attention training would use."""
-    from areno_core.accel.attention import FLASH, choose_attention
-    from areno_core.accel.precision import resolve_run_dtype
-    from areno_core.models.loading import load_model_and_tokenizer
 
     torch_dtype = resolve_run_dtype(dtype, device)
     attention = choose_attention(attn_backend, device, torch_dtype)

@@ -28,7 +28,10 @@ from pathlib import Path
 import attrs
 
 from areno_core.cli.options import default_text, show_default
+from areno_core.family_paths import family_table
 from areno_core.options import OptionTable, Section, base_type
+from areno_core.plugins import get_plugin_manager
+from areno_core.registry import Registry
 
 REPO = Path(__file__).resolve().parent.parent
 DOC_PATH = REPO / "docs" / "cli.md"
@@ -68,8 +71,6 @@ def in_repo_distributions() -> set[str]:
 
 def documented_table() -> OptionTable:
     """The option table of this repository's packages (third-party plugins left out)."""
-    from areno_core.plugins import get_plugin_manager
-    from areno_core.registry import Registry
 
     keep = in_repo_distributions()
     table = Registry(get_plugin_manager()).options
@@ -193,7 +194,6 @@ def render_family_blocks(text: str) -> str:
     families and paths (:func:`areno_core.family_paths.family_table`)."""
     if not _FAMILIES_RE.search(text):
         return text
-    from areno_core.family_paths import family_table  # builds tiny models: only here
 
     table = family_table()
     return _FAMILIES_RE.sub(lambda m: f"{m.group(1)}{table}{m.group(3)}", text)

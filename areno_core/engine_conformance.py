@@ -53,6 +53,7 @@ from typing import Any
 
 import pytest
 import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from areno_core.contracts.engine import (
     EngineOptions,
@@ -62,6 +63,8 @@ from areno_core.contracts.engine import (
     drops_weights,
     holds_weights,
 )
+from areno_core.rollout.native import NativeEngine
+from areno_core.runner.rollout import RolloutRunner
 from areno_core.types import Completion, SamplingParams
 
 EOS = 3
@@ -87,7 +90,6 @@ EngineFactory = Callable[[torch.nn.Module, list[int], EngineOptions], RolloutEng
 def conformance_model(seed: int = 0) -> torch.nn.Module:
     """A tiny random Qwen3 (97 tokens, 2 layers) on which greedy decoding ends some of
     :func:`conformance_prompts` at EOS within 16 tokens and runs others to the length cap."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
     config = Qwen3Config(
@@ -118,7 +120,6 @@ def conformance_prompts() -> list[list[int]]:
 
 def native_reference(model: torch.nn.Module, **options: Any) -> RolloutEngine:
     """The native engine over ``model``: the reference every engine is compared with."""
-    from areno_core.rollout.native import NativeEngine
 
     return NativeEngine(model, [EOS], EngineOptions(attn_backend="native", **options))
 
@@ -359,8 +360,6 @@ class EngineConformance:
         # The sequence every run with evaluation goes through: sync(v) -> an evaluation
         # session that frees state -> the next rollout at the same version.
         from types import SimpleNamespace
-
-        from areno_core.runner.rollout import RolloutRunner
 
         sampling = SamplingParams(max_new_tokens=8, greedy=True)
         expected = native_reference(model).generate(prompts, sampling)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable
 
 
@@ -41,7 +42,6 @@ def did_you_mean(
 
     The one place error messages get their suggestions, so every "unknown X" reads alike.
     """
-    import difflib
 
     close = difflib.get_close_matches(name, list(candidates), n=n, cutoff=cutoff)
     return f" Did you mean {', '.join(render(c) for c in close)}?" if close else ""

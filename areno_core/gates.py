@@ -28,10 +28,25 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import torch
+import yaml
+from transformers import AutoModelForCausalLM
 
 from areno_core.errors import did_you_mean
 from areno_core.log import get_logger
+from areno_core.metrics.logger import JSONL_FILE, read_jsonl
+from areno_core.models.loading import load_model, load_tokenizer
+from areno_core.models.lora import load_adapter_weights
 from areno_core.recipe import Gate, Recipe
+from areno_core.train.checkpoint import (
+    ADAPTER_CONFIG_FILE,
+    MANIFEST_FILE,
+    find_latest_checkpoint,
+    is_complete_checkpoint,
+    missing_files,
+    read_checkpoint_config,
+    read_weights,
+)
 
 logger = get_logger(__name__)
 
@@ -81,7 +96,6 @@ def metrics_dir_of(run_dir: str | os.PathLike[str]) -> Path:
 
     The custom directory is read from the ``config.yaml`` the run saved in ``run_dir``.
     """
-    import yaml
 
     config_file = Path(run_dir) / "config.yaml"
     custom = None
@@ -98,7 +112,6 @@ def metrics_dir_of(run_dir: str | os.PathLike[str]) -> Path:
 
 def read_history(metrics_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The rows of ``metrics.jsonl`` in ``metrics_dir``; an empty list when there is none."""
-    from areno_core.metrics.logger import JSONL_FILE, read_jsonl
 
     if not (Path(metrics_dir) / JSONL_FILE).is_file():
         return []
@@ -236,11 +249,6 @@ def _trend_gate(gate: Gate, points: list[tuple[int, float]]) -> GateResult:
 
 
 def _checkpoint_gate(gate: Gate, root: Path) -> GateResult:
-    from areno_core.train.checkpoint import (
-        find_latest_checkpoint,
-        is_complete_checkpoint,
-        missing_files,
-    )
 
     if not root.is_dir():
         return GateResult(gate, False, f"no run directory at {root}")
@@ -268,7 +276,6 @@ def _checkpoint_gate(gate: Gate, root: Path) -> GateResult:
 
 
 def _checkpoint_step(path: Path) -> float:
-    from areno_core.train.checkpoint import MANIFEST_FILE
 
     try:
         return float(json.loads((path / MANIFEST_FILE).read_text())["step"])
@@ -278,11 +285,6 @@ def _checkpoint_step(path: Path) -> float:
 
 def _load_and_probe(path: Path) -> None:
     """Load the policy exactly (no missing or unexpected tensors) and its tokenizer; run it."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from areno_core.models.loading import load_tokenizer
-    from areno_core.train.checkpoint import ADAPTER_CONFIG_FILE, MANIFEST_FILE, read_weights
 
     if (path / ADAPTER_CONFIG_FILE).is_file():
         model = _load_adapter_checkpoint(path)
@@ -310,11 +312,7 @@ def _load_and_probe(path: Path) -> None:
 def _load_adapter_checkpoint(path: Path) -> Any:
     """A LoRA checkpoint's policy: the base model its run trained on (``ckpt`` in its
     config.yaml) with the saved adapter, loaded by PEFT exactly as a user would."""
-    from peft import PeftModel
-
-    from areno_core.models.loading import load_model
-    from areno_core.models.lora import load_adapter_weights
-    from areno_core.train.checkpoint import read_checkpoint_config
+    from peft import PeftModel  # optional extra areno-core[lora]
 
     base = read_checkpoint_config(path).get("basic", {}).get("ckpt")
     if not base:

@@ -23,11 +23,15 @@ import os
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
+import torch
+
+from areno_core.models.scratch import build_random_model
 
 REPO = Path(__file__).resolve().parents[1]
 NO_CUDA_EXIT = 3
@@ -76,10 +80,6 @@ class Context:
 
 def cuda_problem() -> str | None:
     """Why this machine cannot run the check, or None."""
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
     if not torch.cuda.is_available():
         build = torch.version.cuda
         if build is None:
@@ -195,7 +195,6 @@ def gpu_tests(ctx: Context) -> StepResult:
 
 def junit_counts(path: Path) -> dict[str, float]:
     """Passed, failed and skipped counts of a pytest JUnit XML report."""
-    import xml.etree.ElementTree as ET
 
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
@@ -213,9 +212,6 @@ def junit_counts(path: Path) -> dict[str, float]:
 
 def generate_baseline(ctx: Context) -> StepResult:
     """Decode tokens/s of transformers' ``generate`` on the same model, rows and lengths."""
-    import torch
-
-    from areno_core.models.scratch import build_random_model
 
     started = time.monotonic()
     model = build_random_model(ctx.ckpt, dtype=torch.bfloat16).to("cuda")
@@ -320,7 +316,6 @@ def write_results(out: Path, results: Sequence[StepResult], meta: dict[str, Any]
 
 
 def machine() -> dict[str, Any]:
-    import torch
 
     info: dict[str, Any] = {"torch": torch.__version__, "attention": attention_backend()}
     if torch.cuda.is_available():

@@ -8,8 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from areno_core.accel.attention import attention_of
 from areno_core.log import get_logger
 from areno_core.metrics.logger import MetricsLogger
+from areno_core.models.loading import load_model, load_model_and_tokenizer, load_value_model
+from areno_core.models.lora import LoraAdapter
 from areno_core.types import TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -81,7 +84,6 @@ class TrainableModel:
         created later by :meth:`ensure_critic` (``"auto"``: the checkpoint's stored dtype).
         With ``lora``, put LoRA adapters on the policy (see :meth:`add_lora`).
         """
-        from areno_core.models.loading import load_model, load_model_and_tokenizer
 
         torch.manual_seed(seed)
         how = {"device": device, "dtype": dtype, "attn_implementation": attn_implementation}
@@ -89,8 +91,6 @@ class TrainableModel:
         reference = load_model(ref_ckpt, role="reference", **how) if ref_ckpt else None
         critic = None
         if critic_ckpt:
-            from areno_core.models.loading import load_value_model
-
             critic = load_value_model(critic_ckpt, **how)
         model = cls(
             policy,
@@ -112,7 +112,6 @@ class TrainableModel:
         Call it before the first ``train`` (the optimizer is built over the trainable
         weights then). The adapters start at zero, so the adapted policy equals the base.
         """
-        from areno_core.models.lora import LoraAdapter
 
         if self.adapter is not None:
             raise ValueError("the policy already has LoRA adapters")
@@ -164,9 +163,6 @@ class TrainableModel:
     def ensure_critic(self) -> Any:
         """The critic; the policy checkpoint's backbone with a fresh value head if none given."""
         if self.critic is None:
-            from areno_core.accel.attention import attention_of
-            from areno_core.models.loading import load_value_model
-
             if self.ckpt is None:
                 raise ValueError("PPO needs a critic: pass critic= or load with from_ckpt")
             # The same dtype and attention kernels as the policy.

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import torch
 
+from areno_core import __version__
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.config import (
     ROLE_OPTIONS,
@@ -27,11 +29,14 @@ from areno_core.contracts.backend import BackendSpec
 from areno_core.contracts.engine import EngineSpec
 from areno_core.errors import ConfigError, NotAvailableError, did_you_mean
 from areno_core.log import get_logger
+from areno_core.models.lora import check_peft_available
 from areno_core.options import OptionTable, Owner
 from areno_core.recipe import Recipe, resolve_resource
 from areno_core.registry import Registry
 from areno_core.runner.async_rollout import check_async_options
 from areno_core.train.checkpoint import read_checkpoint_config, resolve_resume
+from areno_core.train.distributed.context import launched_world_size
+from areno_core.tune.checks import check_tunable
 from areno_core.validators import flag
 
 logger = get_logger(__name__)
@@ -70,8 +75,6 @@ class ResolvedRun:
 
 def machine_device_count() -> int:
     try:
-        import torch
-
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:  # torch missing or broken CUDA: behave as CPU-only
         return 0
@@ -107,7 +110,6 @@ def resolve_run(
     resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
     if resume_from is not None:
         cfg = resumed_config(cfg, resume_from, chosen, table)
-        from areno_core.train.distributed.context import launched_world_size
 
         # Under torchrun the launcher's process count is the run's, whatever the saved run used.
         launched = launched_world_size()
@@ -160,7 +162,6 @@ def resolve_run(
             why = engine.unavailable(cfg, engine_config)
             if why is not None:
                 raise NotAvailableError(f"--rollout-engine {engine.name}: {why}")
-    from areno_core.tune.checks import check_tunable
 
     check_tunable(cfg, spec, flags)
     return ResolvedRun(
@@ -471,8 +472,6 @@ def _fill_machine_defaults(cfg: RunConfig, *, given: bool) -> RunConfig:
     gets a notice."""
     updates: dict[str, Any] = {}
     if cfg.world_size is None:
-        from areno_core.train.distributed.context import launched_world_size
-
         # Under torchrun, the launcher's WORLD_SIZE is the run's world size.
         launched = launched_world_size()
         updates["world_size"] = launched or 1
@@ -497,8 +496,6 @@ _NOT_YET: list[tuple[str, Any, str]] = []
 def check_available(cfg: RunConfig) -> None:
     """Fail clearly on options whose capability is not available in this build or machine."""
     if cfg.lora_rank is not None:
-        from areno_core.models.lora import check_peft_available
-
         check_peft_available()
     for name, predicate, what in _NOT_YET:
         if predicate(cfg):
@@ -509,6 +506,5 @@ def check_available(cfg: RunConfig) -> None:
 
 
 def _version() -> str:
-    from areno_core import __version__
 
     return __version__

@@ -21,6 +21,7 @@ import attrs
 
 from areno_core.errors import ArenoError
 from areno_core.log import get_logger
+from areno_core.pyfile import resolve_function
 from areno_core.types import RewardRecord
 
 logger = get_logger(__name__)
@@ -34,7 +35,6 @@ class RewardError(ArenoError):
 
 def resolve_reward_fn(spec: str, registry: Any) -> RewardFn:
     """``file.py`` / ``file.py:function`` (default ``reward_fn``) or a registered reward name."""
-    from areno_core.pyfile import resolve_function
 
     return resolve_function(
         spec,

@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from areno_core.agentic.server import AgentServer
 from areno_core.checkpoint_eval import eval_device, load_checkpoint_model, looks_local
 from areno_core.config import DTYPE_CHOICES
 from areno_core.contracts.engine import EngineOptions
@@ -103,7 +104,6 @@ def check_settings(s: ServeSettings, registry: Registry) -> None:
 def start_server(s: ServeSettings, registry: Registry) -> Any:
     """Load the checkpoint, build its rollout engine and start the endpoint (an
     :class:`AgentServer`; stop it with ``.stop()``)."""
-    from areno_core.agentic.server import AgentServer  # uvicorn and the server load on use
 
     check_settings(s, registry)
     path = resolve_serve_ckpt(s.ckpt)

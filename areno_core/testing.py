@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from areno_core.plugins import get_plugin_manager
 from areno_core.registry import Registry, set_registry
@@ -71,6 +72,7 @@ def write_distribution(
 
 def run_areno(*argv: str) -> None:
     """Run ``areno *argv`` in-process; a non-zero exit fails the calling test."""
+    # pytest loads this plugin in every session; the CLI (and torch) only when a test runs it
     from areno_core.cli.main import main
 
     try:
@@ -125,7 +127,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     gpu_tests = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_tests:
         return
-    import torch
 
     if torch.cuda.is_available():
         return

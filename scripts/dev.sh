@@ -66,6 +66,8 @@ test_all() {
   setup dev,bench,agents
   "$PY" -m ruff check .
   "$PY" -m ruff format --check .
+  # The core's layers and no import cycles (the contracts in pyproject.toml).
+  lint-imports
   "$PY" -m areno_core.docs_gen --check
   "$PY" -m pytest -q -p no:cacheprovider "$@"
   # Distributed training: several processes each (gloo on this CPU), so kept out of the run

@@ -32,6 +32,7 @@ from pathlib import Path
 import attrs
 import torch
 
+from areno_core.accel.master_weights import MasterWeightOptimizer
 from areno_core.log import get_logger
 
 logger = get_logger(__name__)
@@ -204,7 +205,6 @@ def move_optimizer_state(
     """Move every state tensor (and master weight) of ``optimizers`` to ``device``; returns the
     bytes that changed device. Parameters are untouched, so the optimizer keeps working after
     its state is moved back (``torch.optim`` keeps state beside its parameter)."""
-    from areno_core.accel.master_weights import MasterWeightOptimizer
 
     device = torch.device(device)
     pin = device.type == "cpu" and torch.cuda.is_available()

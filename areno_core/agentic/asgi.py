@@ -171,10 +171,21 @@ class Guard:
 
 def build_app(server: AgentServer) -> ASGIApp:
     """The endpoint's ASGI app for ``server``."""
-    from starlette.applications import Starlette
-    from starlette.requests import ClientDisconnect, Request
-    from starlette.responses import JSONResponse, Response, StreamingResponse
-    from starlette.routing import Route
+    from starlette.applications import (
+        Starlette,  # the endpoint's web stack loads only when an endpoint starts
+    )
+    from starlette.requests import (  # the endpoint's web stack loads only when an endpoint starts
+        ClientDisconnect,
+        Request,
+    )
+    from starlette.responses import (  # the endpoint's web stack loads only when an endpoint starts
+        JSONResponse,
+        Response,
+        StreamingResponse,
+    )
+    from starlette.routing import (
+        Route,  # the endpoint's web stack loads only when an endpoint starts
+    )
 
     headers = {"x-content-type-options": "nosniff", "cache-control": "no-store"}
 

@@ -55,6 +55,7 @@ from areno_core.agentic.types import (
 )
 from areno_core.errors import UserCodeError
 from areno_core.log import get_logger, warn_once
+from areno_core.pyfile import resolve_function
 from areno_core.rewards import RewardScorer
 from areno_core.rollout.collect import rollout_metrics
 from areno_core.rollout.sampling import is_greedy
@@ -79,7 +80,6 @@ def resolve_agent_fn(spec: str, registry: Any) -> AgentFn:
 
     The function must be an ``async def`` (or an async generator function).
     """
-    from areno_core.pyfile import resolve_function
 
     fn = resolve_function(
         spec,

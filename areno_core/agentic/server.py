@@ -80,6 +80,7 @@ from areno_core.agentic.schema import (
 from areno_core.agentic.toolparse import parse_assistant_text
 from areno_core.log import get_logger, warn_once
 from areno_core.models.chat import apply_chat_template
+from areno_core.models.tokenizer import byte_to_unicode
 from areno_core.rollout.sampling import is_greedy, seeded
 from areno_core.types import Completion, SamplingParams
 
@@ -285,7 +286,7 @@ class AgentServer:
     def start(self) -> AgentServer:
         if self._uvicorn is not None:
             raise RuntimeError("AgentServer.start() called twice")
-        import uvicorn
+        import uvicorn  # the endpoint's web stack loads only when an endpoint starts
 
         _bypass_proxy_for_loopback()
         if self.max_prompt_tokens is not None and self._max_prompt_chars is None:
@@ -861,7 +862,6 @@ def token_bytes(tokenizer: Any, token: int) -> bytes:
 
 @functools.cache
 def _byte_decoder() -> dict[str, int]:
-    from areno_core.models.tokenizer import byte_to_unicode
 
     return {char: byte for byte, char in byte_to_unicode().items()}
 

@@ -78,7 +78,7 @@ def _pass_k(value: str | None) -> tuple[int, ...] | None:
 def eval_command(
     ckpts: tuple[str, ...], algo: str | None, output: str | None, **given: Any
 ) -> None:
-    from areno_core.checkpoint_eval import plan_eval, run_eval
+    from areno_core.checkpoint_eval import plan_eval, run_eval  # the model stack: for a real run
 
     registry = get_registry()
     given["pass_k"] = _pass_k(given["pass_k"])

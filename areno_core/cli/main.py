@@ -18,6 +18,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from areno_core import __version__
+from areno_core.cli.eval_cmd import eval_command
+from areno_core.cli.plan import plan
+from areno_core.cli.plugins_cmd import plugins
+from areno_core.cli.serve_cmd import serve
+from areno_core.cli.train import train
 from areno_core.errors import ArenoError
 
 err_console = Console(stderr=True)
@@ -29,7 +34,7 @@ err_console = Console(stderr=True)
 def cli(verbose: int) -> None:
     """areno: post-train language models with SFT, DPO, GRPO, GSPO, RLOO, PPO and agents."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    from rich.logging import RichHandler
+    from rich.logging import RichHandler  # only when logging is set up
 
     logging.basicConfig(
         level=level,
@@ -41,21 +46,14 @@ def cli(verbose: int) -> None:
     # distributed run other than rank 0 reports errors only: rank 0 speaks for the run.
     worker = os.environ.get("RANK", "0") != "0" and "LOCAL_RANK" in os.environ
     logging.getLogger("areno").setLevel(logging.ERROR if worker else min(level, logging.INFO))
-    try:  # transformers' own per-file progress bars would interleave with ours
-        from transformers.utils import logging as hf_logging
+    # transformers' own per-file progress bars would interleave with ours; imported here, after
+    # OMP_WAIT_POLICY is set, because it loads torch.
+    from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
+    hf_logging.disable_progress_bar()
 
 
 def _register_commands() -> None:
-    from areno_core.cli.eval_cmd import eval_command
-    from areno_core.cli.plan import plan
-    from areno_core.cli.plugins_cmd import plugins
-    from areno_core.cli.serve_cmd import serve
-    from areno_core.cli.train import train
-
     cli.add_command(train)
     cli.add_command(eval_command)
     cli.add_command(serve)
@@ -101,6 +99,7 @@ def _log_worker_traceback(exc: BaseException) -> bool:
     directory rather than printing it; True when it did."""
     if "LOCAL_RANK" not in os.environ:
         return False
+    # torch.distributed's launcher: only in a worker process that failed
     from areno_core.train.distributed.launch import log_worker_traceback
 
     return log_worker_traceback(exc) is not None
@@ -109,6 +108,7 @@ def _log_worker_traceback(exc: BaseException) -> bool:
 def _report_to_launcher(exc: BaseException) -> None:
     """A worker of a distributed run leaves its error where torch's launcher reports it."""
     if "TORCHELASTIC_ERROR_FILE" in os.environ:
+        # torch.distributed's launcher: only in a worker process that failed
         from areno_core.train.distributed.launch import record_worker_error
 
         record_worker_error(exc)

@@ -22,6 +22,7 @@ from areno_core.config import default_of
 from areno_core.errors import ConfigError
 from areno_core.plan.estimate import GIB, Plan, Setup, estimate, largest_micro_batch
 from areno_core.plan.shapes import ModelShape, resolve_shape
+from areno_core.registry import get_registry
 
 console = Console()
 
@@ -71,8 +72,6 @@ def model_shape(
 
 def algorithm_roles(algo: str) -> tuple[bool, bool, bool]:
     """(reference, critic, rollout) of an installed algorithm with its default options."""
-    from areno_core.registry import get_registry
-
     spec = get_registry().algorithm(algo)
     reference = spec.uses_reference(spec.make_config({}))
     return reference, "critic" in spec.roles, spec.needs_rollout

@@ -49,7 +49,7 @@ Without --api-key a random key is made and printed. Ctrl-C stops it.
 @click.option("--dtype", default="auto", show_default=True)
 @click.option("--seed", type=int, default=None, help="Seeds requests that give no seed.")
 def serve(**options: Any) -> None:
-    from areno_core.serve import ServeSettings, start_server, trim_records
+    from areno_core.serve import ServeSettings, start_server, trim_records  # the model stack
 
     settings = ServeSettings(**options)
     server = start_server(settings, get_registry())

@@ -29,6 +29,7 @@ from typing import Any
 
 from areno_core.errors import DatasetError
 from areno_core.log import get_logger
+from areno_core.models.loading import hub_reachable
 
 logger = get_logger(__name__)
 
@@ -108,9 +109,7 @@ def parse_hub_reference(ref: str) -> tuple[str, str | None, str]:
 
 def _load_hub(ref: str) -> list[dict[str, Any]]:
     name, config, split = parse_hub_reference(ref)
-    import datasets
-
-    from areno_core.models.loading import hub_reachable
+    import datasets  # heavy: only for Hugging Face dataset ids
 
     logger.info("loading %s (config %s, split %s) with datasets.load_dataset", name, config, split)
     # Without a reachable hub the client would retry for tens of seconds; probe first (a few
@@ -136,7 +135,7 @@ def _hub_error(ref: str, exc: Exception) -> DatasetError:
             f"Check the name, or pass a local file or directory path."
         )
     if _is_network_error(exc):
-        import datasets
+        import datasets  # heavy: only for Hugging Face dataset ids
 
         offline = " (offline: no hub is reachable)" if datasets.config.HF_HUB_OFFLINE else ""
         return DatasetError(
@@ -186,7 +185,7 @@ def _load_local(path: Path, *, split: str | None) -> list[dict[str, Any]]:
 
 
 def _load_saved_dataset(path: Path) -> list[dict[str, Any]]:
-    import datasets
+    import datasets  # heavy: only for Hugging Face dataset ids
 
     try:
         dataset = datasets.load_from_disk(str(path))
@@ -309,13 +308,13 @@ def _read_json(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # heavy: only for parquet files
 
     return pq.read_table(path).to_pylist()  # type: ignore[no-any-return]
 
 
 def _read_arrow(path: Path) -> list[dict[str, Any]]:
-    import pyarrow as pa
+    import pyarrow as pa  # heavy: only for parquet files
 
     with pa.memory_map(str(path)) as source:
         try:

@@ -140,7 +140,7 @@ def read_scalars(log_dir: str | os.PathLike[str]) -> dict[str, list[tuple[int, f
     from tensorboard.backend.event_processing.event_accumulator import (
         SCALARS,
         EventAccumulator,
-    )
+    )  # heavy: only when TensorBoard files are read
 
     acc = EventAccumulator(str(log_dir), size_guidance={SCALARS: 0})
     acc.Reload()

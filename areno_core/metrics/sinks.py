@@ -105,7 +105,9 @@ class TensorBoardSink:
     steps are hidden from ``purge_step`` on."""
 
     def __init__(self, run: RunInfo, *, flush_secs: float = 10.0) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import (
+            SummaryWriter,  # heavy: only when the TensorBoard sink opens
+        )
 
         run.metrics_dir.mkdir(parents=True, exist_ok=True)
         self._writer: Any = SummaryWriter(

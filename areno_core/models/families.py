@@ -28,6 +28,7 @@ import transformers
 from torch import nn
 
 from areno_core.errors import ConfigError
+from areno_core.models.tokenizer import build_byte_tokenizer
 
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
@@ -94,7 +95,6 @@ class ModelFamily:
     def save(self, directory: str | Path, *, seed: int = 0) -> Path:
         """Write a tiny random checkpoint of this family with the byte tokenizer to
         ``directory`` (what ``--ckpt DIR`` reads); returns the directory."""
-        from areno_core.models.tokenizer import build_byte_tokenizer
 
         tokenizer = build_byte_tokenizer()
         model = self.build(tokenizer, seed=seed)

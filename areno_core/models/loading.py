@@ -45,7 +45,13 @@ from transformers import (
 
 from areno_core.errors import ConfigError
 from areno_core.log import get_logger
-from areno_core.models.scratch import build_random_model, is_random_ref, parse_random_ref
+from areno_core.models.scratch import (
+    build_random_config,
+    build_random_model,
+    is_random_ref,
+    parse_random_ref,
+)
+from areno_core.models.tokenizer import build_byte_tokenizer
 
 logger = get_logger(__name__)
 
@@ -114,7 +120,7 @@ def _local_dir(ref: str) -> Path | None:
 
 def hub_offline_mode() -> bool:
     """Whether HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE forbid network access."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # only for hub model ids
 
     if constants.HF_HUB_OFFLINE:
         return True
@@ -126,7 +132,7 @@ def hub_offline_mode() -> bool:
 
 def _hub_address() -> tuple[str, int]:
     """Host and port a hub request would connect to first (the proxy, when one is set)."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # only for hub model ids
 
     endpoint = urlsplit(constants.ENDPOINT)
     scheme = endpoint.scheme or "https"
@@ -222,8 +228,6 @@ def load_model_config(ref: str) -> PretrainedConfig:
     """The architecture config of a model reference, without loading any weights (a
     ``random:`` reference's config is built, a checkpoint's ``config.json`` is read)."""
     if is_random_ref(ref):
-        from areno_core.models.scratch import build_random_config
-
         return build_random_config(ref)
     return _load_config(ref)
 
@@ -260,8 +264,6 @@ def load_tokenizer(ref: str) -> PreTrainedTokenizerBase:
     accepted; plain-text prompts work and chat rows fall back with a warning.
     """
     if is_random_ref(ref):
-        from areno_core.models.tokenizer import build_byte_tokenizer
-
         return build_byte_tokenizer(parse_random_ref(ref).chat_template)
     tokenizer = _pretrained(ref, "tokenizer", AutoTokenizer.from_pretrained)
     return ensure_pad_token(tokenizer)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import json
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -29,10 +30,12 @@ from typing import Any, Literal
 
 import attrs
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger
+from areno_core.models.loading import is_activation_checkpointing
 
 logger = get_logger(__name__)
 
@@ -72,7 +75,6 @@ LORA_WEIGHTS: tuple[str, ...] = ("module", "merged", "adapter")
 
 def check_peft_available() -> None:
     """Raise :class:`NotAvailableError` unless PEFT can be imported (checked before loading)."""
-    import importlib.util
 
     if importlib.util.find_spec("peft") is None:
         raise NotAvailableError(
@@ -83,7 +85,7 @@ def check_peft_available() -> None:
 
 def _peft() -> Any:
     check_peft_available()
-    import peft
+    import peft  # optional extra areno-core[lora]
 
     return peft
 
@@ -183,7 +185,6 @@ class AdapterWeights:
     base: str | None = None
 
     def save(self, directory: str | Path) -> Path:
-        from safetensors.torch import save_file
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -367,7 +368,6 @@ def save_adapter(peft_model: Any, directory: str | Path) -> None:
 def load_adapter_weights(peft_model: Any, directory: str | Path) -> None:
     """Load ``adapter_model.safetensors`` from ``directory`` into ``peft_model`` strictly
     (same names, same shapes); a :class:`ConfigError` says what does not match."""
-    from safetensors.torch import load_file
 
     peft = _peft()
     directory = Path(directory)
@@ -438,7 +438,6 @@ class BaseModelView:
 
     @property
     def is_activation_checkpointing(self) -> bool:
-        from areno_core.models.loading import is_activation_checkpointing
 
         return is_activation_checkpointing(self.policy)
 
@@ -515,7 +514,7 @@ def check_resume_adapter(path: str | Path, settings: LoraSettings | None) -> Non
 
 def _is_lora_layer(module: nn.Module) -> bool:
     try:
-        from peft.tuners.lora import LoraLayer
+        from peft.tuners.lora import LoraLayer  # optional extra areno-core[lora]
     except ImportError:
         return False
     return isinstance(module, LoraLayer)

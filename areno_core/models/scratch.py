@@ -26,6 +26,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from areno_core.errors import ConfigError
 from areno_core.log import get_logger
+from areno_core.models.tokenizer import CHAT_TEMPLATES, build_byte_tokenizer
 
 logger = get_logger(__name__)
 
@@ -101,7 +102,6 @@ def _positive_float(text: str) -> float:
 
 
 def _chat_template(text: str) -> str:
-    from areno_core.models.tokenizer import CHAT_TEMPLATES
 
     if text not in CHAT_TEMPLATES:
         raise ValueError(f"unknown chat template {text!r}")
@@ -224,7 +224,6 @@ def build_random_config(
     ``tokenizer`` defaults to :func:`~areno_core.models.tokenizer.build_byte_tokenizer`; its
     length sets the vocabulary and its special tokens the eos/pad/bos ids.
     """
-    from areno_core.models.tokenizer import build_byte_tokenizer
 
     spec = parse_random_ref(ref) if isinstance(ref, str) else ref
     tok = tokenizer if tokenizer is not None else build_byte_tokenizer(spec.chat_template)

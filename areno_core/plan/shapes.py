@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+from transformers import AutoConfig
 
 from areno_core.errors import ConfigError
+from areno_core.models.scratch import build_random_config, is_random_ref
 
 
 @attrs.frozen
@@ -235,7 +237,6 @@ def resolve_shape(ref: str) -> ModelShape:
     known = published_shape(ref)
     if known is not None:
         return known
-    from areno_core.models.scratch import build_random_config, is_random_ref
 
     if is_random_ref(ref):
         return shape_from_config(build_random_config(ref), name=ref)
@@ -243,8 +244,6 @@ def resolve_shape(ref: str) -> ModelShape:
     if path.is_file() and path.name.endswith(".json"):
         path = path.parent
     if (path / "config.json").is_file():
-        from transformers import AutoConfig
-
         return shape_from_config(AutoConfig.from_pretrained(str(path)), name=ref)
     raise ConfigError(
         f"{ref!r} is neither a published model areno knows ({', '.join(PUBLISHED)}), a "

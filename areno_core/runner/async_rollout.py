@@ -161,7 +161,7 @@ class AsyncRolloutRunner:
 
     def start(self) -> None:
         """Spawn the worker and wait until it has built its rollout side."""
-        import torch.multiprocessing as mp
+        import torch.multiprocessing as mp  # only for the asynchronous rollout worker
 
         ctx = mp.get_context("spawn")
         worker_in, self._to_worker = ctx.Pipe(duplex=False)

@@ -24,12 +24,15 @@ from typing import Any
 import attrs
 
 from areno_core.accel.memory import MIB, move_optimizer_state
+from areno_core.agentic.collect import collect_agentic_groups
 from areno_core.contracts.engine import RolloutEngine, RolloutSession, holds_weights
 from areno_core.log import get_logger
 from areno_core.model import TrainableModel
+from areno_core.models.lora import weights_for_engine
 from areno_core.rewards import RewardScorer
 from areno_core.rollout.collect import collect_groups, prompt_item
 from areno_core.rollout.placement import RolloutPlacement
+from areno_core.runner.evaluation import build_evaluator
 from areno_core.types import SamplingParams, TrajectoryGroup
 
 logger = get_logger(__name__)
@@ -93,7 +96,6 @@ class RolloutRunner:
         the caller has them (the asynchronous rollout worker); by default the placement's. A
         LoRA policy goes as the engine's spec asks (``lora_weights``: the module, the merged
         weights or the adapter; see :class:`~areno_core.contracts.engine.EngineSpec`)."""
-        from areno_core.models.lora import weights_for_engine
 
         version = self.model.optimizer_steps
         if self._synced == version and holds_weights(self.engine):
@@ -162,7 +164,6 @@ class RolloutRunner:
                 move_optimizer_state(optimizers, device)
 
     def _agentic(self, items: list[Any]) -> tuple[list[TrajectoryGroup], dict[str, float]]:
-        from areno_core.agentic.collect import collect_agentic_groups
 
         agent = self.agent
         assert agent is not None
@@ -196,7 +197,6 @@ class RolloutRunner:
     ) -> Callable[[], dict[str, float]]:
         """Greedy held-out evaluation on ``rows`` with this runner's engine and reward (see
         :mod:`areno_core.runner.evaluation`)."""
-        from areno_core.runner.evaluation import build_evaluator
 
         evaluate = build_evaluator(
             rows,

@@ -46,10 +46,13 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
+from safetensors.torch import load_file, save_model
 from torch import nn
 
+from areno_core.data.stream import rows_fingerprint
 from areno_core.errors import ConfigError
 from areno_core.log import get_logger
+from areno_core.models.lora import load_adapter_weights, save_adapter
 
 logger = get_logger(__name__)
 
@@ -299,14 +302,11 @@ def _save_module(module: nn.Module, directory: Path) -> None:
     module = _unwrap(module)
     directory.mkdir(parents=True, exist_ok=True)
     if getattr(module, "peft_config", None) is not None and hasattr(module, "base_model"):
-        from areno_core.models.lora import save_adapter
-
         save_adapter(module, directory)  # a LoRA policy: its adapter, in PEFT's format
         return
     if hasattr(module, "save_pretrained"):
         module.save_pretrained(str(directory))
         return
-    from safetensors.torch import save_model
 
     save_model(module, str(directory / WEIGHTS_FILE))
 
@@ -515,7 +515,6 @@ def check_resume_dataset(path: str | os.PathLike[str], rows: Sequence[Any], data
     """Refuse to resume ``path`` on other training data than the saved run's (another row
     count, or the same count with other content or order), before any model is loaded.
     ``dataset`` names the data in the message."""
-    from areno_core.data.stream import rows_fingerprint
 
     # mmap: only the small trainer state is read, not the optimizer tensors beside it.
     state = torch.load(Path(path) / TRAINER_STATE_FILE, mmap=True, weights_only=True)
@@ -614,7 +613,6 @@ def _load_states(
 
 def read_weights(directory: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     """Every tensor of the safetensors weights in ``directory`` (single file or sharded)."""
-    from safetensors.torch import load_file
 
     directory = Path(directory)
     index = directory / WEIGHTS_INDEX_FILE
@@ -641,8 +639,6 @@ def load_module_weights(module: nn.Module, directory: str | os.PathLike[str]) ->
     directory = Path(directory)
     target = _unwrap(module)
     if getattr(target, "peft_config", None) is not None and hasattr(target, "base_model"):
-        from areno_core.models.lora import load_adapter_weights
-
         load_adapter_weights(target, directory)
         return
     if (directory / ADAPTER_CONFIG_FILE).is_file():

@@ -12,7 +12,9 @@ from torch import nn
 
 
 def is_sharded(module: nn.Module | None) -> bool:
-    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import (
+        FSDPModule,  # heavy: distributed work only
+    )
 
     return isinstance(module, FSDPModule)
 

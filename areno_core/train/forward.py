@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import torch
 import torch.nn.functional as F
+from transformers import DynamicCache
 
 from areno_core.accel.attention import uses_flash
 from areno_core.errors import ConfigError
@@ -298,7 +299,6 @@ def _shared_prefix_outputs(
     temperature: float,
     need_entropy: bool,
 ) -> dict[str, torch.Tensor]:
-    from transformers import DynamicCache
 
     ids = batch["input_ids"]
     rows, width = ids.shape

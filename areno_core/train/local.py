@@ -27,7 +27,9 @@ from areno_core.contracts.backend import BackendSpec
 from areno_core.log import get_logger
 from areno_core.model import TrainableModel
 from areno_core.models.loading import enable_activation_checkpointing, is_activation_checkpointing
+from areno_core.models.lora import checkpoint_exports
 from areno_core.options import option
+from areno_core.registry import get_registry
 from areno_core.rollout.placement import RolloutPlacement
 from areno_core.train.batching import (
     collate,
@@ -37,6 +39,7 @@ from areno_core.train.batching import (
     sort_by_length,
     split_by_padding,
 )
+from areno_core.train.checkpoint import load_checkpoint, save_checkpoint
 from areno_core.train.featurize import preference_trajectories, sft_trajectories
 from areno_core.train.forward import policy_outputs, value_outputs
 from areno_core.train.offpolicy import (
@@ -48,6 +51,10 @@ from areno_core.train.offpolicy import (
 )
 from areno_core.train.optim import build_optimizer, build_scheduler, gradient_tensors
 from areno_core.train.placement import SingleProcess, UpdatePlacement, padded_passes
+from areno_core.train.sharded_checkpoint import (
+    is_sharded_checkpoint,
+    load_training_checkpoint,
+)
 from areno_core.types import TrainResult, Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -120,8 +127,6 @@ class LocalBackend:
         if isinstance(algorithm, AlgorithmSpec):
             return algorithm
         if self._registry is None:
-            from areno_core.registry import get_registry
-
             self._registry = get_registry()
         return self._registry.algorithm(algorithm)
 
@@ -434,8 +439,6 @@ class LocalBackend:
     ) -> Path:
         """Write ``<save_root>/step_<model.step>/`` atomically (see
         :func:`areno_core.train.checkpoint.save_checkpoint`)."""
-        from areno_core.models.lora import checkpoint_exports
-        from areno_core.train.checkpoint import save_checkpoint
 
         return save_checkpoint(
             save_root,
@@ -468,11 +471,6 @@ class LocalBackend:
         """Restore weights, optimizer, scheduler, counters and random streams of ``model``
         (call :meth:`setup` first, so the optimizers exist); return the trainer state. A
         checkpoint of the distributed backend (any world size) loads too."""
-        from areno_core.train.checkpoint import load_checkpoint
-        from areno_core.train.sharded_checkpoint import (
-            is_sharded_checkpoint,
-            load_training_checkpoint,
-        )
 
         if is_sharded_checkpoint(path):
             return load_training_checkpoint(model, path)

@@ -89,7 +89,7 @@ def build_optimizer(
 
     def make(groups: list[dict[str, object]]) -> torch.optim.Optimizer:
         if adam_8bit:
-            import bitsandbytes as bnb
+            import bitsandbytes as bnb  # optional: --adam-8bit only
 
             return bnb.optim.AdamW8bit(groups, lr=lr, betas=betas, weight_decay=weight_decay)
         try:

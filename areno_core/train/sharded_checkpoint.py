@@ -34,10 +34,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import yaml
+from safetensors.torch import load_file
 from torch import nn
 
 from areno_core.errors import ConfigError
 from areno_core.log import get_logger
+from areno_core.models.lora import (
+    ADAPTER_WEIGHTS_FILE,
+    MERGED_DIR,
+    PEFT_PREFIX,
+    AdapterWeights,
+    save_merged,
+)
 from areno_core.train.checkpoint import (
     CONFIG_FILE,
     FORMAT_VERSION,
@@ -82,7 +90,9 @@ def _roles(model: Any) -> dict[str, tuple[nn.Module, torch.optim.Optimizer | Non
 def _state_options(model: Any, name: str) -> Any:
     """How a role's weights are saved and restored: a LoRA policy's trainable (adapter)
     weights only; its frozen base comes from ``--ckpt`` again when a run resumes."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,  # heavy: distributed work only
+    )
 
     if name == "policy" and getattr(model, "adapter", None) is not None:
         return StateDictOptions(ignore_frozen_params=True, strict=False)
@@ -91,7 +101,10 @@ def _state_options(model: Any, name: str) -> Any:
 
 def _training_state(model: Any) -> dict[str, Any]:
     """What ``sharded/`` holds: each role's weights and optimizer state, keyed by name."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+    from torch.distributed.checkpoint.state_dict import (  # heavy: distributed work only
+        get_model_state_dict,
+        get_state_dict,
+    )
 
     state: dict[str, Any] = {}
     for name, (module, optimizer) in _roles(model).items():
@@ -126,8 +139,11 @@ def save_sharded_checkpoint(
     """Write ``<save_root>/step_<model.step>/`` from every rank (a collective; see the module
     docstring). ``skeletons`` maps ``policy`` (and ``critic``) to a meta-device copy of the
     unsharded module, into which rank 0 loads the gathered weights for the export."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    import torch.distributed.checkpoint as dcp  # heavy: distributed work only
+    from torch.distributed.checkpoint.state_dict import (  # heavy: distributed work only
+        StateDictOptions,
+        get_model_state_dict,
+    )
 
     step = model.step
     root = Path(save_root)
@@ -198,7 +214,6 @@ def _export_adapter(
     """Save a LoRA policy from its gathered ``weights``: the adapter in PEFT's format and,
     with ``--save-merged``, ``merged/`` (``weights`` then hold the base weights too). Returns
     the export directories written."""
-    from areno_core.models.lora import MERGED_DIR, AdapterWeights, save_merged
 
     tensors = adapter.adapter_state_dict(weights)
     config = {**adapter.adapter_config(), "inference_mode": True}  # as PEFT saves it
@@ -283,8 +298,11 @@ def load_training_checkpoint(model: Any, path: str | Path) -> dict[str, Any]:
 
 
 def _load_sharded(model: Any, directory: Path) -> None:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+    import torch.distributed.checkpoint as dcp  # heavy: distributed work only
+    from torch.distributed.checkpoint.state_dict import (  # heavy: distributed work only
+        set_model_state_dict,
+        set_state_dict,
+    )
 
     target = _training_state(model)
     with warnings.catch_warnings():  # alone, without a process group, is what is meant here
@@ -333,9 +351,6 @@ def _saved_adapter_weights(module: nn.Module, directory: Path) -> dict[str, torc
     """A saved LoRA adapter (PEFT's file) under the names of ``module``'s own parameters
     (``...q_proj.lora_A.weight`` -> ``...q_proj.lora_A.default.weight``); every trainable
     parameter of ``module`` must be among them."""
-    from safetensors.torch import load_file
-
-    from areno_core.models.lora import ADAPTER_WEIGHTS_FILE, PEFT_PREFIX
 
     path = directory / ADAPTER_WEIGHTS_FILE
     if not path.is_file():
@@ -373,7 +388,7 @@ def _load_full_into_sharded(
         StateDictOptions,
         set_model_state_dict,
         set_optimizer_state_dict,
-    )
+    )  # heavy: distributed work only
 
     convert = getattr(module, "convert_saved_weights", None)
     if convert is not None:

@@ -24,6 +24,7 @@ import torch
 from areno_core.contracts.backend import TrainingBackend
 from areno_core.log import get_logger
 from areno_core.tune.checks import check_tunable
+from areno_core.tune.probes import RunProbes
 from areno_core.tune.search import (
     Probes,
     Trial,
@@ -106,7 +107,6 @@ def tune_run(
 ) -> TuneOutcome:
     """Probe memory and return the run with tuned values (see the module docstring).
     ``probes`` replaces the real probes (tests)."""
-    from areno_core.tune.probes import RunProbes
 
     check_tunable(resolved.config, resolved.algorithm)
     real = None

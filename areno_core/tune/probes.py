@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from transformers import AutoModel, AutoModelForCausalLM
 
 from areno_core.accel.memory import MemoryMeter
 from areno_core.contracts.backend import TrainingBackend
@@ -80,7 +81,6 @@ def dummy_causal_lm(ref: str, *, dtype: torch.dtype, device: torch.device, atten
         model = build_random_model(ref, dtype=dtype).to(device)
         model.set_attn_implementation(attention)
         return model
-    from transformers import AutoModelForCausalLM
 
     config = load_model_config(ref)
     with torch.device(device):
@@ -95,8 +95,6 @@ def dummy_value_model(
     if is_random_ref(ref):
         backbone = dummy_causal_lm(ref, dtype=dtype, device=device, attention=attention).model
     else:
-        from transformers import AutoModel
-
         config = load_model_config(ref)
         with torch.device(device):
             backbone = AutoModel.from_config(config, dtype=dtype, attn_implementation=attention)

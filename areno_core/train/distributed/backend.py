@@ -19,6 +19,7 @@ same code. See ``docs/distributed.md``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,10 +40,12 @@ from areno_core.train.distributed.context import (
     check_mesh_shape,
     init_distributed,
 )
+from areno_core.train.distributed.launch import launch_workers
 from areno_core.train.distributed.parallelize import copy_full_weights, shard_module
 from areno_core.train.distributed.placement import DataParallelPlacement
 from areno_core.train.dtensor import is_sharded, materialise, meta_copy
 from areno_core.train.local import LocalBackend
+from areno_core.train.sharded_checkpoint import load_training_checkpoint, save_sharded_checkpoint
 from areno_core.types import TrainResult
 from areno_core.validators import number
 
@@ -286,7 +289,6 @@ class DistributedBackend:
     ) -> Path:
         """Write ``<save_root>/step_<model.step>/`` from every process: sharded training state
         and one Hugging Face export (see :mod:`areno_core.train.sharded_checkpoint`)."""
-        from areno_core.train.sharded_checkpoint import save_sharded_checkpoint
 
         if "policy" not in self._skeletons:
             raise RuntimeError("save_checkpoint() needs setup() first")
@@ -302,7 +304,6 @@ class DistributedBackend:
     def load_checkpoint(self, model: TrainableModel, path: str | Path) -> dict[str, Any]:
         """Restore a checkpoint of any world size (or of the local backend) into the sharded
         model; call :meth:`setup` first."""
-        from areno_core.train.sharded_checkpoint import load_training_checkpoint
 
         if model.optimizer is None:
             raise RuntimeError("load_checkpoint() needs setup() first (the optimizers)")
@@ -330,7 +331,6 @@ def _distributed_backend(
 def _quiet_logs(main: bool) -> None:
     """Ranks other than 0 log errors only (rank 0 speaks for the run); torch's notes on how
     tensor-parallel tensors are gathered are kept out of everyone's output."""
-    import logging
 
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     if not main:
@@ -365,7 +365,6 @@ def _check(config: Any) -> str | None:
 
 
 def _launch(config: Any, argv: Sequence[str]) -> bool:
-    from areno_core.train.distributed.launch import launch_workers
 
     return launch_workers(config, argv)
 

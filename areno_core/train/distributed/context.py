@@ -144,7 +144,9 @@ def check_mesh_shape(world_size: int, tp_size: int, replicate: int = 1) -> str |
 
 def build_mesh(device_type: str, world_size: int, tp_size: int, replicate: int = 1) -> Any:
     """The device mesh of :class:`DistContext` (a collective: every process calls it)."""
-    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.device_mesh import (
+        init_device_mesh,  # heavy: distributed work only
+    )
 
     dp = world_size // tp_size
     if replicate == 1:

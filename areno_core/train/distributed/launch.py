@@ -28,9 +28,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from areno_core.errors import ArenoError, ConfigError
 from areno_core.log import get_logger
+from areno_core.models.loading import _load_config
+from areno_core.models.scratch import build_random_config, is_random_ref
 from areno_core.train.distributed.context import launched_world_size
+from areno_core.train.distributed.parallelize import check_tp_support
 
 logger = get_logger(__name__)
 
@@ -65,9 +70,16 @@ def launch_workers(config: Any, argv: Sequence[str]) -> bool:
         # per core and they would slow each other down.
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     log_dir = worker_log_dir(config)
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.elastic.multiprocessing.api import (
+        SignalException,  # heavy: distributed work only
+    )
+    from torch.distributed.elastic.multiprocessing.errors import (
+        ChildFailedError,  # heavy: distributed work only
+    )
+    from torch.distributed.launcher.api import (  # heavy: distributed work only
+        LaunchConfig,
+        elastic_launch,
+    )
 
     launch = LaunchConfig(
         min_nodes=1,
@@ -181,7 +193,6 @@ def check_launch(config: Any) -> None:
     """What must hold before any worker starts: enough GPUs on a GPU machine, and a
     tensor-parallel plan for the model when ``--tp-size`` > 1. More processes than CPU cores
     on a machine without a GPU is allowed, with a warning."""
-    import torch
 
     if torch.cuda.is_available() and config.world_size > torch.cuda.device_count():
         raise ConfigError(
@@ -194,18 +205,14 @@ def check_launch(config: Any) -> None:
         if warning is not None:
             logger.warning("%s", warning)
     if config.tp_size > 1:
-        from areno_core.train.distributed.parallelize import check_tp_support
-
         check_tp_support(model_config(config.ckpt), config.tp_size, what=f"--ckpt {config.ckpt}")
 
 
 def model_config(ref: str) -> Any:
     """The Hugging Face config of a model reference, without loading weights."""
-    from areno_core.models.scratch import build_random_config, is_random_ref
 
     if is_random_ref(ref):
         return build_random_config(ref)
-    from areno_core.models.loading import _load_config
 
     return _load_config(ref)
 
@@ -256,7 +263,9 @@ def record_worker_error(exc: BaseException) -> None:
     if "TORCHELASTIC_ERROR_FILE" not in os.environ:
         return
     try:
-        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+        from torch.distributed.elastic.multiprocessing.errors import (
+            ErrorHandler,  # heavy: distributed work only
+        )
 
         ErrorHandler().record_exception(exc)
     except Exception:  # reporting must never hide the error itself

@@ -85,7 +85,11 @@ def decoder_layers(module: nn.Module) -> list[nn.Module]:
 
 def shard_module(module: nn.Module, ctx: DistContext, *, mixed_precision: bool) -> nn.Module:
     """Split ``module`` over ``ctx``'s mesh in place (see the module docstring); returns it."""
-    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import (  # heavy: distributed work only
+        FSDPModule,
+        MixedPrecisionPolicy,
+        fully_shard,
+    )
 
     # A value model returns a view of its head's output; areno never changes it in place
     # (values are padded into new tensors), which is what this warning is about.
@@ -125,7 +129,7 @@ def _apply_tp(layers: Sequence[nn.Module], ctx: DistContext) -> None:
         RowwiseParallel,
         SequenceParallel,
         parallelize_module,
-    )
+    )  # heavy: distributed work only
 
     for layer in layers:
         modules = dict(layer.named_modules())
@@ -179,7 +183,9 @@ def clip_sharded_grad_norm(params: Iterable[nn.Parameter], max_norm: float) -> t
     ``torch.nn.utils.clip_grad_norm_``; returns the norm before clipping, the same on every
     rank. Gradients on different meshes (tensor-parallel layers, FSDP-only parameters) are
     reduced per mesh, then combined."""
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import (
+        DTensor,  # heavy: distributed work only
+    )
 
     groups: dict[Any, list[torch.Tensor]] = {}
     for p in params:
@@ -203,7 +209,9 @@ def clip_sharded_grad_norm(params: Iterable[nn.Parameter], max_norm: float) -> t
 def copy_full_weights(source: nn.Module, target: nn.Module) -> None:
     """Copy the full (gathered) weights of a sharded ``source`` into the plain ``target`` of
     the same architecture. A collective: every rank of the mesh must call it."""
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import (
+        DTensor,  # heavy: distributed work only
+    )
 
     dest = target.state_dict()
     gathered: dict[int, torch.Tensor] = {}
