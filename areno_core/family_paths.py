@@ -15,7 +15,7 @@ from areno_core.models.families import ModelFamily, attention_windows, available
 from areno_core.models.lean import lean_unavailable_reason
 from areno_core.models.lora import ALL_LINEAR, resolve_target_modules
 from areno_core.rollout.native import EngineOptions, NativeEngine
-from areno_core.train.distributed.parallelize import check_tp_support
+from areno_core.train.distributed import check_tp_support
 from areno_core.train.forward import supports_shared_prefix
 from areno_core.train.packed import packed_unavailable_reason
 

@@ -100,7 +100,7 @@ def _log_worker_traceback(exc: BaseException) -> bool:
     if "LOCAL_RANK" not in os.environ:
         return False
     # torch.distributed's launcher: only in a worker process that failed
-    from areno_core.train.distributed.launch import log_worker_traceback
+    from areno_core.train.distributed import log_worker_traceback
 
     return log_worker_traceback(exc) is not None
 
@@ -109,7 +109,7 @@ def _report_to_launcher(exc: BaseException) -> None:
     """A worker of a distributed run leaves its error where torch's launcher reports it."""
     if "TORCHELASTIC_ERROR_FILE" in os.environ:
         # torch.distributed's launcher: only in a worker process that failed
-        from areno_core.train.distributed.launch import record_worker_error
+        from areno_core.train.distributed import record_worker_error
 
         record_worker_error(exc)
 
