@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from areno_core.plugins import get_plugin_manager
 from areno_core.registry import Registry, set_registry
@@ -72,7 +71,7 @@ def write_distribution(
 
 def run_areno(*argv: str) -> None:
     """Run ``areno *argv`` in-process; a non-zero exit fails the calling test."""
-    # pytest loads this plugin in every session; the CLI (and torch) only when a test runs it
+    # pytest loads this plugin in every session; the CLI only when a test runs it
     from areno_core.cli.main import main
 
     try:
@@ -127,6 +126,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     gpu_tests = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_tests:
         return
+    import torch  # pytest loads this plugin in every session: torch only when GPU tests are
 
     if torch.cuda.is_available():
         return

@@ -250,49 +250,62 @@ def register_algorithms(register):
 """
 
 
-@pytest.mark.parametrize(
-    ("second_default", "message"),
-    [
-        ("2.0", "option --shared-knob is declared differently by algorithm "),
-        ("1.0", None),
-    ],
-)
-def test_two_plugins_one_option_must_agree_or_fail_naming_both(
-    install_areno_plugin, monkeypatch, capsys, second_default, message
-):
-    from areno_core.cli.main import main
-
+def test_two_plugins_declaring_one_option_alike_share_it(install_areno_plugin, monkeypatch, capsys):
     monkeypatch.setenv("ARENO_PLUGINS", "clash_one,clash_two")
     install_areno_plugin("clash-one", "clash_one", CLASH_A.replace("NAME", "one"))
-    second = CLASH_A.replace("NAME", "two").replace("option(1.0", f"option({second_default}")
-    install_areno_plugin("clash-two", "clash_two", second)
-    code = 0
-    try:
-        main(["train", "--help"])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    if message is None:
-        assert code == 0
-        assert out.count("--shared-knob FLOAT") == 2  # listed in both algorithms' sections
-    else:
-        assert code == 2
-        text = " ".join(err.split())
-        assert message in text
-        assert "algorithm one (clash-one) (float, default 1.0)" in text
-        assert "algorithm two (clash-two) (float, default 2.0)" in text
+    registry = install_areno_plugin("clash-two", "clash_two", CLASH_A.replace("NAME", "two"))
+    assert {"one", "two"} <= set(registry.names("algorithms")) and not registry.failures
+    assert registry.options.owners("shared_knob")[1].name == "two"
+    run_areno("train", "--help")
+    assert capsys.readouterr().out.count("--shared-knob FLOAT") == 2  # in both sections
 
 
-def test_plugin_option_named_like_a_core_option_is_a_plugin_error(
+def test_an_option_declared_otherwise_disables_only_the_later_plugin(
+    install_areno_plugin, monkeypatch, capsys, tmp_path
+):
+    """A third-party pack whose option clashes with an installed plugin's loses: it is
+    reported (naming both plugins and both declarations) and disabled; every command, and
+    every other plugin, keeps working."""
+    monkeypatch.setenv("ARENO_PLUGINS", "clash_one,clash_two,algos")
+    install_areno_plugin("clash-one", "clash_one", CLASH_A.replace("NAME", "one"))
+    second = CLASH_A.replace("NAME", "two").replace("option(1.0", "option(2.0")
+    registry = install_areno_plugin("clash-two", "clash_two", second)
+    assert "one" in registry.names("algorithms") and "two" not in registry.names("algorithms")
+    assert "grpo" in registry.names("algorithms")  # areno-algos is untouched
+    [failure] = registry.failures
+    text = " ".join(failure.error.split())
+    assert failure.distribution == "clash-two"
+    assert "option --shared-knob is declared differently by algorithm one (clash-one)" in text
+    assert "(float, default 1.0) and by algorithm two (clash-two) (float, default 2.0)" in text
+    assert text.endswith("The plugin is disabled.")
+    assert registry.options.owners("shared_knob")[0].name == "one"
+
+    run_areno("plugins")
+    out = " ".join(capsys.readouterr().out.split())
+    assert "failed: plugin 'clash_two' from clash-two" in out and "declared differently" in out
+    run_areno("train", "--help")
+    assert capsys.readouterr().out.count("--shared-knob FLOAT") == 1
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "1+1=", "completion": "2"}\n')
+    run_areno(
+        "train", "--algo", "sft", "--ckpt", "random:qwen3-tiny", "--dataset-path", str(rows),
+        "--dry-run",
+    )  # fmt: skip
+    assert "algo: sft" in capsys.readouterr().out
+
+
+def test_plugin_option_named_like_a_core_option_disables_that_plugin(
     install_areno_plugin, monkeypatch
 ):
-    from areno_core.errors import PluginError
-
     monkeypatch.setenv("ARENO_PLUGINS", "clash_core")
     source = CLASH_A.replace("NAME", "lr_algo").replace("shared_knob", "lr")
     registry = install_areno_plugin("clash-core", "clash_core", source)
-    with pytest.raises(PluginError, match="algorithm lr_algo .* declares the option --lr, which"):
-        _ = registry.options
+    assert "lr" in registry.options and registry.options.is_core("lr")
+    assert "lr_algo" not in registry.names("algorithms")
+    [failure] = registry.failures
+    assert "algorithm lr_algo (clash-core) declares the option --lr, which areno-core" in (
+        " ".join(failure.error.split())
+    )
 
 
 def test_plugin_option_without_help_is_refused_at_registration(install_areno_plugin, monkeypatch):
