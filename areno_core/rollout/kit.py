@@ -1,7 +1,7 @@
 """What every rollout engine does the same way, for the native engine, the SGLang engine and a
 third party's engine alike: which token ids end a completion, which prompts a ``generate``
 call samples, how finished token sequences become :class:`~areno_core.types.Completion` objects,
-and the ``rollout/engine/*`` statistics every engine keeps.
+and the statistics every engine keeps in its ``stats``.
 
 An engine's ``generate`` is then, in outline::
 

@@ -95,6 +95,38 @@ class LocalBackendConfig:
     )
 
 
+@attrs.define
+class _Scored:
+    """A collated batch with what the loss needs besides the policy's outputs."""
+
+    batch: dict[str, Any]
+    offpolicy: dict[str, float]
+    proximal_version: int
+    critic: Any
+    rollout_stats: dict[str, Any]
+
+
+@attrs.define
+class _Tally:
+    """The statistics of a trainer step's optimizer steps, as they are taken."""
+
+    totals: dict[str, float] = attrs.Factory(dict)
+    mins: dict[str, float] = attrs.Factory(dict)
+    maxs: dict[str, float] = attrs.Factory(dict)
+    grad_norms: list[float] = attrs.Factory(list)
+    losses: list[float] = attrs.Factory(list)
+    target_tokens: float = 0.0
+
+    def metrics(self, n_steps: int) -> dict[str, float]:
+        """Means over the optimizer steps (extremes as they are), loss and gradient norm."""
+        metrics = {k: v / n_steps for k, v in self.totals.items()}
+        metrics.update(self.mins)
+        metrics.update(self.maxs)
+        metrics["train/loss"] = sum(self.losses) / n_steps
+        metrics["train/grad_norm"] = sum(self.grad_norms) / n_steps
+        return metrics
+
+
 class LocalBackend:
     """Trains in this process, on CPU or one GPU (see the module docstring).
 
@@ -500,10 +532,66 @@ class LocalBackend:
         train_actor: bool,
         proximal_logprobs: str = "recompute",
     ) -> dict[str, float]:
-        spec, config = prepared.spec, prepared.config
-        device = model.device
+        """Score the batch (reference, proximal policy, critic, advantages), then take each
+        optimizer step of the trainer step over its microbatches; the step's metrics."""
         batch = collate(prepared.trajectories, model.pad_id)
+        scored = self._score_batch(model, prepared, batch, mini_bs, temperature, proximal_logprobs)
+        batch = scored.batch
+        unit, lengths = prepared.unit_rows, batch["lengths"]
         rows = batch["input_ids"].shape[0]
+        steps = plan_steps(rows // unit, unit, mini_bs, accumulation, model.generator)
+        spec = prepared.spec
+        piece_cost = _piece_cost(model.policy, model.device) if spec.kind == "supervised" else None
+
+        def plan_passes(micros: list[list[int]]) -> list[list[int]]:
+            micros = sort_by_length(micros, lengths, unit)
+            if piece_cost is None:
+                return micros
+            return [piece for m in micros for piece in split_by_padding(m, lengths, piece_cost)]
+
+        # Every data-parallel rank's passes of every step (one rank: all of them, here).
+        layouts = [self.placement.layout(s, plan_passes, unit, lengths) for s in steps]
+        model.policy.train()
+        if scored.critic is not None:
+            scored.critic.train()
+        tally = _Tally()
+        t0 = time.perf_counter()
+        for step_rows, layout in zip(steps, layouts, strict=True):
+            self._optimizer_step(
+                model, prepared, scored, step_rows, layout, tally,
+                temperature=temperature, grad_clip_norm=grad_clip_norm, train_actor=train_actor,
+            )  # fmt: skip
+        elapsed = time.perf_counter() - t0
+        self.placement.reduce_stats(tally.totals, tally.mins, tally.maxs, tally.losses)
+        passes = [p for layout in layouts for step in layout for p in step if p]
+        metrics = tally.metrics(len(steps))
+        metrics.update(
+            {
+                "train/lr": float(model.optimizer.param_groups[0]["lr"]),  # type: ignore[union-attr]
+                "train/optimizer_steps": float(len(steps)),
+                "train/target_tokens": tally.target_tokens,
+                "train/tokens_per_s": float(lengths.sum()) / max(elapsed, 1e-9),
+                "train/padding_fraction": padding_fraction(passes, lengths),
+            }
+        )
+        if spec.kind == "online":
+            metrics.update(_advantage_stats(batch))
+        metrics.update({k: float(v) for k, v in scored.rollout_stats.items()})
+        metrics.update(scored.offpolicy)
+        return metrics
+
+    def _score_batch(
+        self,
+        model: TrainableModel,
+        prepared: _Prepared,
+        batch: dict[str, Any],
+        mini_bs: int,
+        temperature: float,
+        proximal_logprobs: str,
+    ) -> _Scored:
+        """What the loss needs besides the policy's own outputs: reference and proximal
+        logprobs, the critic's values, and the algorithm's advantages."""
+        spec, config = prepared.spec, prepared.config
         score_plan = _score_plan(batch["lengths"], mini_bs)
         # An optional reference is scored when the algorithm's config wants it (PPO's KL loss)
         # or when the user supplied one.
@@ -516,110 +604,75 @@ class LocalBackend:
         critic = model.ensure_critic() if "critic" in spec.roles else None
         if critic is not None:
             batch["values"] = self.placement.score(
-                batch, score_plan, device, lambda mb: value_outputs(critic, mb)
+                batch, score_plan, model.device, lambda mb: value_outputs(critic, mb)
             )
         if spec.advantages is not None:
             batch = spec.advantages(batch, config)
         rollout_stats = dict(batch.pop("rollout_stats", None) or {})
+        return _Scored(batch, offpolicy, proximal_version, critic, rollout_stats)
 
-        steps = plan_steps(
-            rows // prepared.unit_rows,
-            prepared.unit_rows,
-            mini_bs,
-            accumulation,
-            model.generator,
-        )
-        policy = model.policy
-        piece_cost = _piece_cost(policy, device) if spec.kind == "supervised" else None
-        lengths, unit = batch["lengths"], prepared.unit_rows
-
-        def plan_passes(micros: list[list[int]]) -> list[list[int]]:
-            micros = sort_by_length(micros, lengths, unit)
-            if piece_cost is None:
-                return micros
-            return [piece for m in micros for piece in split_by_padding(m, lengths, piece_cost)]
-
-        # Every data-parallel rank's passes of every step (one rank: all of them, here).
-        layouts = [self.placement.layout(s, plan_passes, unit, lengths) for s in steps]
-        policy.train()
-        if critic is not None:
-            critic.train()
-        totals: dict[str, float] = {}
-        mins: dict[str, float] = {}
-        maxs: dict[str, float] = {}
-        grad_norms, losses = [], []
-        target_tokens = 0.0
-        t0 = time.perf_counter()
-        for step_rows, layout in zip(steps, layouts, strict=True):
-            flat = [r for micro in step_rows for r in micro]
-            index = torch.tensor(flat)
-            group_tokens = batch["loss_mask"][index].sum().clamp(min=1.0)
-            group_rows = torch.tensor(float(len(flat)))
-            target_tokens += float(group_tokens)
-            step_loss = torch.zeros((), dtype=torch.float64)
-            for micro in padded_passes(layout, self.placement.rank):
-                mb = _to_device(select_rows(batch, micro or list(range(unit))), device)
-                mb["group_loss_tokens"] = group_tokens.to(device)
-                mb["group_sequences"] = group_rows.to(device)
-                entropy = spec.needs_entropy or spec.kind == "online"
-                outputs = self._scored(policy, mb, temperature=temperature, need_entropy=entropy)
-                if critic is not None:
-                    outputs["values"] = value_outputs(critic, mb)
-                if "behaviour_version" in mb:  # --proximal-logprobs interpolate
-                    mb = interpolate_proximal(
-                        mb,
-                        outputs["logprobs"],
-                        proximal_version=proximal_version,
-                        current_version=model.optimizer_steps,
-                    )
-                loss, stats = spec.loss(outputs, mb, config)
-                if not micro:  # an empty pass only keeps the processes in step
-                    (loss * 0.0).backward()
-                    continue
-                loss.backward()
-                step_loss += loss.detach().double().cpu()
-                _merge_stats(stats, totals, mins, maxs)
-            norm = self.placement.clip_grad_norm(
-                gradient_tensors(model.optimizer, policy.parameters()), grad_clip_norm
-            )
-            if train_actor:
-                model.optimizer.step()  # type: ignore[union-attr]
-                model.scheduler.step()
-                model.optimizer_steps += 1
-            model.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+    def _optimizer_step(
+        self,
+        model: TrainableModel,
+        prepared: _Prepared,
+        scored: _Scored,
+        step_rows: list[list[int]],
+        layout: Any,
+        tally: _Tally,
+        *,
+        temperature: float,
+        grad_clip_norm: float,
+        train_actor: bool,
+    ) -> None:
+        """One optimizer step: forward, loss and backward on each microbatch of this process,
+        then clip the gradients and step the policy's (and the critic's) optimizer."""
+        spec, config, batch, critic = prepared.spec, prepared.config, scored.batch, scored.critic
+        policy, device, unit = model.policy, model.device, prepared.unit_rows
+        flat = [r for micro in step_rows for r in micro]
+        index = torch.tensor(flat)
+        group_tokens = batch["loss_mask"][index].sum().clamp(min=1.0)
+        group_rows = torch.tensor(float(len(flat)))
+        tally.target_tokens += float(group_tokens)
+        step_loss = torch.zeros((), dtype=torch.float64)
+        for micro in padded_passes(layout, self.placement.rank):
+            mb = _to_device(select_rows(batch, micro or list(range(unit))), device)
+            mb["group_loss_tokens"] = group_tokens.to(device)
+            mb["group_sequences"] = group_rows.to(device)
+            entropy = spec.needs_entropy or spec.kind == "online"
+            outputs = self._scored(policy, mb, temperature=temperature, need_entropy=entropy)
             if critic is not None:
-                self.placement.clip_grad_norm(
-                    gradient_tensors(model.critic_optimizer, critic.parameters()),
-                    grad_clip_norm,
+                outputs["values"] = value_outputs(critic, mb)
+            if "behaviour_version" in mb:  # --proximal-logprobs interpolate
+                mb = interpolate_proximal(
+                    mb,
+                    outputs["logprobs"],
+                    proximal_version=scored.proximal_version,
+                    current_version=model.optimizer_steps,
                 )
-                model.critic_optimizer.step()  # type: ignore[union-attr]
-                model.critic_optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
-            grad_norms.append(float(norm))
-            losses.append(float(step_loss))
-        elapsed = time.perf_counter() - t0
-        self.placement.reduce_stats(totals, mins, maxs, losses)
-        n_steps = len(steps)
-        metrics = {k: v / n_steps for k, v in totals.items()}
-        metrics.update(mins)
-        metrics.update(maxs)
-        metrics.update(
-            {
-                "train/loss": sum(losses) / n_steps,
-                "train/grad_norm": sum(grad_norms) / n_steps,
-                "train/lr": float(model.optimizer.param_groups[0]["lr"]),  # type: ignore[union-attr]
-                "train/optimizer_steps": float(n_steps),
-                "train/target_tokens": target_tokens,
-                "train/tokens_per_s": float(batch["lengths"].sum()) / max(elapsed, 1e-9),
-                "train/padding_fraction": padding_fraction(
-                    [p for layout in layouts for passes in layout for p in passes if p], lengths
-                ),
-            }
+            loss, stats = spec.loss(outputs, mb, config)
+            if not micro:  # an empty pass only keeps the processes in step
+                (loss * 0.0).backward()
+                continue
+            loss.backward()
+            step_loss += loss.detach().double().cpu()
+            _merge_stats(stats, tally.totals, tally.mins, tally.maxs)
+        norm = self.placement.clip_grad_norm(
+            gradient_tensors(model.optimizer, policy.parameters()), grad_clip_norm
         )
-        if spec.kind == "online":
-            metrics.update(_advantage_stats(batch))
-        metrics.update({k: float(v) for k, v in rollout_stats.items()})
-        metrics.update(offpolicy)
-        return metrics
+        if train_actor:
+            model.optimizer.step()  # type: ignore[union-attr]
+            model.scheduler.step()
+            model.optimizer_steps += 1
+        model.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+        if critic is not None:
+            self.placement.clip_grad_norm(
+                gradient_tensors(model.critic_optimizer, critic.parameters()),
+                grad_clip_norm,
+            )
+            model.critic_optimizer.step()  # type: ignore[union-attr]
+            model.critic_optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+        tally.grad_norms.append(float(norm))
+        tally.losses.append(float(step_loss))
 
     def _attach_proximal(
         self,
