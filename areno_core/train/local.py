@@ -33,43 +33,27 @@ from areno_core.registry import get_registry
 from areno_core.rollout.placement import RolloutPlacement
 from areno_core.train.batching import (
     collate,
-    padding_fraction,
-    plan_steps,
     select_rows,
     sort_by_length,
-    split_by_padding,
 )
 from areno_core.train.checkpoint import load_checkpoint, save_checkpoint
 from areno_core.train.featurize import preference_trajectories, sft_trajectories
-from areno_core.train.forward import policy_outputs, value_outputs
 from areno_core.train.offpolicy import (
     PROXIMAL_MODES,
-    interpolate_proximal,
-    stale_rows,
-    with_behaviour,
-    with_proximal,
 )
-from areno_core.train.optim import build_optimizer, build_scheduler, gradient_tensors
+from areno_core.train.optim import build_optimizer, build_scheduler
 from areno_core.train.placement import SingleProcess, UpdatePlacement, padded_passes
 from areno_core.train.sharded_checkpoint import (
     is_sharded_checkpoint,
     load_training_checkpoint,
 )
-from areno_core.types import TrainResult, Trajectory, TrajectoryGroup
+from areno_core.train.update import Prepared, Updater, merge_stats, score_plan, to_device
+from areno_core.types import TrainResult, TrajectoryGroup
 
 if TYPE_CHECKING:
     from areno_core.registry import Registry
 
 logger = get_logger(__name__)
-
-
-@attrs.frozen
-class _Prepared:
-    spec: AlgorithmSpec
-    config: Any
-    trajectories: list[Trajectory]
-    unit_rows: int
-    skipped: int
 
 
 @attrs.frozen
@@ -93,38 +77,6 @@ class LocalBackendConfig:
         "only this path shares prompts: it checkpoints its own layers.",
         negatable=True,
     )
-
-
-@attrs.define
-class _Scored:
-    """A collated batch with what the loss needs besides the policy's outputs."""
-
-    batch: dict[str, Any]
-    offpolicy: dict[str, float]
-    proximal_version: int
-    critic: Any
-    rollout_stats: dict[str, Any]
-
-
-@attrs.define
-class _Tally:
-    """The statistics of a trainer step's optimizer steps, as they are taken."""
-
-    totals: dict[str, float] = attrs.Factory(dict)
-    mins: dict[str, float] = attrs.Factory(dict)
-    maxs: dict[str, float] = attrs.Factory(dict)
-    grad_norms: list[float] = attrs.Factory(list)
-    losses: list[float] = attrs.Factory(list)
-    target_tokens: float = 0.0
-
-    def metrics(self, n_steps: int) -> dict[str, float]:
-        """Means over the optimizer steps (extremes as they are), loss and gradient norm."""
-        metrics = {k: v / n_steps for k, v in self.totals.items()}
-        metrics.update(self.mins)
-        metrics.update(self.maxs)
-        metrics["train/loss"] = sum(self.losses) / n_steps
-        metrics["train/grad_norm"] = sum(self.grad_norms) / n_steps
-        return metrics
 
 
 class LocalBackend:
@@ -153,6 +105,10 @@ class LocalBackend:
         self.packed_forward = packed_forward
         self._registry = registry
         self.placement: UpdatePlacement = placement or SingleProcess()
+
+    @property
+    def _updater(self) -> Updater:
+        return Updater(self.placement, self.share_prefix, self.packed_forward)
 
     def algorithm(self, algorithm: str | AlgorithmSpec) -> AlgorithmSpec:
         """The spec of ``algorithm`` (a registered name, or a spec used as it is)."""
@@ -236,7 +192,7 @@ class LocalBackend:
         )
         metrics: dict[str, float] = {}
         if prepared.trajectories:
-            metrics = self._run_updates(
+            metrics = self._updater.run(
                 model,
                 prepared,
                 mini_bs=mini_bs,
@@ -299,8 +255,8 @@ class LocalBackend:
         device = model.device
         batch = collate(prepared.trajectories, model.pad_id)
         if spec.uses_reference(config, given=model.reference is not None):
-            batch["ref_logprobs"] = self._reference_logprobs(
-                model, batch, _score_plan(batch["lengths"], mini_bs), temperature
+            batch["ref_logprobs"] = self._updater.reference_logprobs(
+                model, batch, score_plan(batch["lengths"], mini_bs), temperature
             )
         unit = prepared.unit_rows
         everything = [list(range(batch["input_ids"].shape[0]))]
@@ -320,16 +276,16 @@ class LocalBackend:
         loss_sum = 0.0
         try:
             for micro in passes:
-                mb = _to_device(select_rows(batch, micro or list(range(unit))), device)
+                mb = to_device(select_rows(batch, micro or list(range(unit))), device)
                 mb["group_loss_tokens"] = all_tokens
                 mb["group_sequences"] = all_rows
-                outputs = self._scored(
+                outputs = self._updater.outputs(
                     policy, mb, temperature=temperature, need_entropy=spec.needs_entropy
                 )
                 loss, stats = spec.loss(outputs, mb, config)
                 if micro:  # an empty pass only keeps the processes in step
                     loss_sum += float(loss)
-                    _merge_stats(stats, totals, mins, maxs)
+                    merge_stats(stats, totals, mins, maxs)
         finally:
             policy.train(was_training)
         losses = [loss_sum]
@@ -337,36 +293,6 @@ class LocalBackend:
         loss_sum = losses[0]
         metrics = {**totals, **mins, **maxs, "train/loss": loss_sum}
         return {"eval/" + key.split("/", 1)[1]: value for key, value in metrics.items()} | skipped
-
-    def _reference_logprobs(
-        self,
-        model: TrainableModel,
-        batch: dict[str, Any],
-        plan: list[list[int]],
-        temperature: float,
-    ) -> torch.Tensor:
-        """Per-token logprobs of the frozen reference over ``batch`` ([B, T], on the CPU)."""
-        reference = model.ensure_reference()
-        return self.placement.score(
-            batch,
-            plan,
-            model.device,
-            lambda mb: self._scored(reference, mb, temperature=temperature)["logprobs"],
-        )
-
-    def _scored(
-        self, model: Any, mb: dict[str, Any], *, temperature: float, need_entropy: bool = False
-    ) -> dict[str, torch.Tensor]:
-        """:func:`policy_outputs` with this backend's forward settings (prefix sharing,
-        packing)."""
-        return policy_outputs(
-            model,
-            mb,
-            temperature=temperature,
-            need_entropy=need_entropy,
-            share_prefix=self.share_prefix,
-            packed=self.packed_forward,
-        )
 
     # -- preparation ----------------------------------------------------------------------
 
@@ -377,7 +303,7 @@ class LocalBackend:
         spec: AlgorithmSpec,
         config: Any,
         **featurize: Any,
-    ) -> _Prepared:
+    ) -> Prepared:
         if spec.kind == "online":
             if data and not isinstance(data[0], TrajectoryGroup):
                 raise TypeError(
@@ -385,14 +311,14 @@ class LocalBackend:
                     f"{type(data[0]).__name__}"
                 )
             trajectories = [t for g in data for t in g.trajectories]
-            return _Prepared(spec, config, trajectories, 1, 0)
+            return Prepared(spec, config, trajectories, 1, 0)
         if data and isinstance(data[0], TrajectoryGroup):
             raise TypeError(f"algorithm {spec.name!r} trains on dataset rows, not trajectories")
         if spec.kind == "preference":
             trajectories, stats = preference_trajectories(data, model.tokenizer, **featurize)
-            return _Prepared(spec, config, trajectories, 2, stats.skipped_long_prompts)
+            return Prepared(spec, config, trajectories, 2, stats.skipped_long_prompts)
         trajectories, stats = sft_trajectories(data, model.tokenizer, **featurize)
-        return _Prepared(spec, config, trajectories, 1, stats.skipped_long_prompts)
+        return Prepared(spec, config, trajectories, 1, stats.skipped_long_prompts)
 
     def setup(
         self,
@@ -520,202 +446,6 @@ class LocalBackend:
 
     # -- the update -----------------------------------------------------------------------
 
-    def _run_updates(
-        self,
-        model: TrainableModel,
-        prepared: _Prepared,
-        *,
-        mini_bs: int,
-        accumulation: int | None,
-        grad_clip_norm: float,
-        temperature: float,
-        train_actor: bool,
-        proximal_logprobs: str = "recompute",
-    ) -> dict[str, float]:
-        """Score the batch (reference, proximal policy, critic, advantages), then take each
-        optimizer step of the trainer step over its microbatches; the step's metrics."""
-        batch = collate(prepared.trajectories, model.pad_id)
-        scored = self._score_batch(model, prepared, batch, mini_bs, temperature, proximal_logprobs)
-        batch = scored.batch
-        unit, lengths = prepared.unit_rows, batch["lengths"]
-        rows = batch["input_ids"].shape[0]
-        steps = plan_steps(rows // unit, unit, mini_bs, accumulation, model.generator)
-        spec = prepared.spec
-        piece_cost = _piece_cost(model.policy, model.device) if spec.kind == "supervised" else None
-
-        def plan_passes(micros: list[list[int]]) -> list[list[int]]:
-            micros = sort_by_length(micros, lengths, unit)
-            if piece_cost is None:
-                return micros
-            return [piece for m in micros for piece in split_by_padding(m, lengths, piece_cost)]
-
-        # Every data-parallel rank's passes of every step (one rank: all of them, here).
-        layouts = [self.placement.layout(s, plan_passes, unit, lengths) for s in steps]
-        model.policy.train()
-        if scored.critic is not None:
-            scored.critic.train()
-        tally = _Tally()
-        t0 = time.perf_counter()
-        for step_rows, layout in zip(steps, layouts, strict=True):
-            self._optimizer_step(
-                model, prepared, scored, step_rows, layout, tally,
-                temperature=temperature, grad_clip_norm=grad_clip_norm, train_actor=train_actor,
-            )  # fmt: skip
-        elapsed = time.perf_counter() - t0
-        self.placement.reduce_stats(tally.totals, tally.mins, tally.maxs, tally.losses)
-        passes = [p for layout in layouts for step in layout for p in step if p]
-        metrics = tally.metrics(len(steps))
-        metrics.update(
-            {
-                "train/lr": float(model.optimizer.param_groups[0]["lr"]),  # type: ignore[union-attr]
-                "train/optimizer_steps": float(len(steps)),
-                "train/target_tokens": tally.target_tokens,
-                "train/tokens_per_s": float(lengths.sum()) / max(elapsed, 1e-9),
-                "train/padding_fraction": padding_fraction(passes, lengths),
-            }
-        )
-        if spec.kind == "online":
-            metrics.update(_advantage_stats(batch))
-        metrics.update({k: float(v) for k, v in scored.rollout_stats.items()})
-        metrics.update(scored.offpolicy)
-        return metrics
-
-    def _score_batch(
-        self,
-        model: TrainableModel,
-        prepared: _Prepared,
-        batch: dict[str, Any],
-        mini_bs: int,
-        temperature: float,
-        proximal_logprobs: str,
-    ) -> _Scored:
-        """What the loss needs besides the policy's own outputs: reference and proximal
-        logprobs, the critic's values, and the algorithm's advantages."""
-        spec, config = prepared.spec, prepared.config
-        score_plan = _score_plan(batch["lengths"], mini_bs)
-        # An optional reference is scored when the algorithm's config wants it (PPO's KL loss)
-        # or when the user supplied one.
-        if spec.uses_reference(config, given=model.reference is not None):
-            batch["ref_logprobs"] = self._reference_logprobs(model, batch, score_plan, temperature)
-        batch, offpolicy = self._attach_proximal(
-            model, prepared, batch, score_plan, temperature, proximal_logprobs
-        )
-        proximal_version = model.optimizer_steps
-        critic = model.ensure_critic() if "critic" in spec.roles else None
-        if critic is not None:
-            batch["values"] = self.placement.score(
-                batch, score_plan, model.device, lambda mb: value_outputs(critic, mb)
-            )
-        if spec.advantages is not None:
-            batch = spec.advantages(batch, config)
-        rollout_stats = dict(batch.pop("rollout_stats", None) or {})
-        return _Scored(batch, offpolicy, proximal_version, critic, rollout_stats)
-
-    def _optimizer_step(
-        self,
-        model: TrainableModel,
-        prepared: _Prepared,
-        scored: _Scored,
-        step_rows: list[list[int]],
-        layout: Any,
-        tally: _Tally,
-        *,
-        temperature: float,
-        grad_clip_norm: float,
-        train_actor: bool,
-    ) -> None:
-        """One optimizer step: forward, loss and backward on each microbatch of this process,
-        then clip the gradients and step the policy's (and the critic's) optimizer."""
-        spec, config, batch, critic = prepared.spec, prepared.config, scored.batch, scored.critic
-        policy, device, unit = model.policy, model.device, prepared.unit_rows
-        flat = [r for micro in step_rows for r in micro]
-        index = torch.tensor(flat)
-        group_tokens = batch["loss_mask"][index].sum().clamp(min=1.0)
-        group_rows = torch.tensor(float(len(flat)))
-        tally.target_tokens += float(group_tokens)
-        step_loss = torch.zeros((), dtype=torch.float64)
-        for micro in padded_passes(layout, self.placement.rank):
-            mb = _to_device(select_rows(batch, micro or list(range(unit))), device)
-            mb["group_loss_tokens"] = group_tokens.to(device)
-            mb["group_sequences"] = group_rows.to(device)
-            entropy = spec.needs_entropy or spec.kind == "online"
-            outputs = self._scored(policy, mb, temperature=temperature, need_entropy=entropy)
-            if critic is not None:
-                outputs["values"] = value_outputs(critic, mb)
-            if "behaviour_version" in mb:  # --proximal-logprobs interpolate
-                mb = interpolate_proximal(
-                    mb,
-                    outputs["logprobs"],
-                    proximal_version=scored.proximal_version,
-                    current_version=model.optimizer_steps,
-                )
-            loss, stats = spec.loss(outputs, mb, config)
-            if not micro:  # an empty pass only keeps the processes in step
-                (loss * 0.0).backward()
-                continue
-            loss.backward()
-            step_loss += loss.detach().double().cpu()
-            _merge_stats(stats, tally.totals, tally.mins, tally.maxs)
-        norm = self.placement.clip_grad_norm(
-            gradient_tensors(model.optimizer, policy.parameters()), grad_clip_norm
-        )
-        if train_actor:
-            model.optimizer.step()  # type: ignore[union-attr]
-            model.scheduler.step()
-            model.optimizer_steps += 1
-        model.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
-        if critic is not None:
-            self.placement.clip_grad_norm(
-                gradient_tensors(model.critic_optimizer, critic.parameters()),
-                grad_clip_norm,
-            )
-            model.critic_optimizer.step()  # type: ignore[union-attr]
-            model.critic_optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
-        tally.grad_norms.append(float(norm))
-        tally.losses.append(float(step_loss))
-
-    def _attach_proximal(
-        self,
-        model: TrainableModel,
-        prepared: _Prepared,
-        batch: dict[str, Any],
-        plan: list[list[int]],
-        temperature: float,
-        mode: str,
-    ) -> tuple[dict[str, Any], dict[str, float]]:
-        """For a decoupled algorithm and a batch with samples of an older policy: keep the
-        sampler's log-probabilities as ``behaviour_logprobs`` and, with ``mode`` recompute,
-        score the policy as it is now (the proximal policy) into ``old_logprobs``; with
-        interpolate the update loop fills them per microbatch
-        (:mod:`areno_core.train.offpolicy`). Returns the batch and, when the batch is stale,
-        ``train/stale_rows`` (and ``time/proximal`` for recompute)."""
-        spec = prepared.spec
-        stale = stale_rows(prepared.trajectories, model.optimizer_steps) if spec.decoupled else 0
-        if not stale:
-            return batch, {}
-        if mode == "interpolate":
-            return with_behaviour(batch, prepared.trajectories), {"train/stale_rows": float(stale)}
-        started = time.perf_counter()
-        policy = model.policy
-        was_training = policy.training
-        policy.eval()
-        try:
-            proximal = self.placement.score(
-                batch,
-                plan,
-                model.device,
-                lambda mb: policy_outputs(
-                    policy, mb, temperature=temperature, share_prefix=self.share_prefix
-                )["logprobs"],
-            )
-        finally:
-            policy.train(was_training)
-        metrics = {
-            "train/stale_rows": float(stale),
-            "time/proximal": time.perf_counter() - started,
-        }
-        return with_proximal(batch, proximal), metrics
-
 
 def _extra_models(model: TrainableModel) -> dict[str, Any]:
     if model.critic is None:
@@ -740,55 +470,6 @@ def _algorithm_config(spec: AlgorithmSpec, options: Mapping[str, Any]) -> Any:
 
 # What one more forward and backward pass costs on a CPU beyond its arithmetic (Python, kernel
 # launches, allocation), in FLOPs: a few milliseconds at this machine class's matmul rate.
-_CPU_PASS_OVERHEAD_FLOPS = 2e9
-
-
-def _piece_cost(model: Any, device: torch.device) -> int | None:
-    """Padded tokens worth one more pass when a supervised microbatch is cut by length
-    (see :func:`split_by_padding`); None on GPUs, whose kernels want whole microbatches."""
-    if device.type != "cpu":
-        return None
-    params = sum(p.numel() for p in model.parameters())
-    return max(1, int(_CPU_PASS_OVERHEAD_FLOPS / (6 * max(params, 1))))
-
-
-def _score_plan(lengths: torch.Tensor, mini_bs: int) -> list[list[int]]:
-    order = torch.argsort(lengths).tolist()
-    return [order[i : i + mini_bs] for i in range(0, len(order), mini_bs)]
-
-
-def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-def _merge_stats(
-    stats: Mapping[str, Any],
-    totals: dict[str, float],
-    mins: dict[str, float],
-    maxs: dict[str, float],
-) -> None:
-    """Combine per-microbatch stats: ``*_max`` by max, ``*_min`` by min, the rest by sum."""
-    for key, value in stats.items():
-        v = float(value)
-        if key.endswith("_max"):
-            maxs[key] = max(maxs.get(key, v), v)
-        elif key.endswith("_min"):
-            mins[key] = min(mins.get(key, v), v)
-        else:
-            totals[key] = totals.get(key, 0.0) + v
-
-
-def _advantage_stats(batch: Mapping[str, Any]) -> dict[str, float]:
-    mask = batch["loss_mask"]
-    adv = batch["advantages"]
-    n = mask.sum().clamp(min=1.0)
-    mean = (adv * mask).sum() / n
-    return {
-        "train/advantage_mean": float(mean),
-        "train/advantage_abs_mean": float((adv.abs() * mask).sum() / n),
-    }
-
-
 def _local_backend(config: Any, options: LocalBackendConfig, registry: Registry) -> LocalBackend:
     return LocalBackend(
         share_prefix=options.share_prefix,
