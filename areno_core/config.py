@@ -4,6 +4,9 @@ Each option is an attrs field whose metadata carries its help text; the CLI's ``
 generated reference page (``docs/cli.md``) and YAML config loading all come from these classes.
 
 Precedence, lowest first: field defaults < recipe < ``--config`` YAML < explicit flags.
+
+Why one long module: most of its lines are the option declarations themselves (name, default,
+help, validator), kept together so the reference page and ``--help`` read from one table.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ sample whose turns name a response the endpoint did not serve, carry token data 
 from the record, share a response with another sample, or answer another prompt of the batch
 is dropped and counted (``rollout/agent_mismatches``). If no sample survives, the step stops
 with an :class:`AgentError` carrying the first problem.
+
+Why one long module: the checks that turn an agent's answer into trainable rows (records,
+rewritten history, reused or forged choices, branching conversations) must be read together;
+splitting them would hide which rule applies when.
 """
 
 from __future__ import annotations

@@ -36,6 +36,10 @@ see docs/agentic.md. When a request repeats an assistant message this server ret
 the same earlier messages, its prompt reuses that completion's exact tokens (prompt + sampled
 tokens) instead of re-rendering the message text, so multi-turn trajectories share their
 prefixes token for token (:mod:`areno_core.agentic.prompt`).
+
+Why one long module: :class:`AgentServer`'s HTTP thread and its scheduler thread share one
+lock-guarded queue and record store; keeping both sides in one class keeps every use of that
+lock in one file (token and text helpers live in :mod:`areno_core.agentic.tokens`).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -77,10 +81,14 @@ from areno_core.agentic.schema import (
     template_messages,
     template_tools,
 )
+from areno_core.agentic.tokens import (
+    forced_tool_prefix,
+    longest_token_chars,
+    token_bytes,
+    top_logprobs,
+)
 from areno_core.agentic.toolparse import parse_assistant_text
 from areno_core.log import get_logger, warn_once
-from areno_core.models.chat import apply_chat_template
-from areno_core.models.tokenizer import byte_to_unicode
 from areno_core.rollout.sampling import is_greedy, seeded
 from areno_core.types import Completion, SamplingParams
 
@@ -88,7 +96,6 @@ logger = get_logger(__name__)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
-_PROBE_ARGUMENTS = '{"areno_probe": 1}'
 
 
 # -- jobs ------------------------------------------------------------------------------------
@@ -741,7 +748,7 @@ class AgentServer:
         top: list[list[tuple[int, float]]] = []
         if job.top_logprobs:
             temperature = 1.0 if is_greedy(job.sampling) else job.sampling.temperature
-            top = _top_logprobs(
+            top = top_logprobs(
                 self.engine.model,
                 list(choice.prompt_token_ids),
                 list(choice.token_ids),
@@ -838,99 +845,6 @@ def _engine_prompt_limit(engine: Any) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
-
-
-def longest_token_chars(tokenizer: Any) -> int:
-    """The most characters one token of ``tokenizer`` stands for (its vocabulary strings and
-    added tokens), so ``max_prompt_tokens * longest_token_chars`` characters of text surely
-    tokenise to more than ``max_prompt_tokens`` tokens. Byte-level vocabularies spell one
-    byte per character, so this bounds UTF-8 bytes and characters alike."""
-    vocab = tokenizer.get_vocab()
-    return max(1, max((len(token) for token in vocab), default=1))
-
-
-def token_bytes(tokenizer: Any, token: int) -> bytes:
-    """The bytes one token stands for: exact for byte-level vocabularies (GPT-2 style, as the
-    byte tokenizer and Qwen use), else the UTF-8 of its decoded text."""
-    piece = tokenizer.convert_ids_to_tokens(int(token))
-    table = _byte_decoder()
-    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    if isinstance(piece, str) and int(token) not in added and all(ch in table for ch in piece):
-        return bytes(table[ch] for ch in piece)
-    return str(tokenizer.decode([int(token)])).encode("utf-8")
-
-
-@functools.cache
-def _byte_decoder() -> dict[str, int]:
-
-    return {char: byte for byte, char in byte_to_unicode().items()}
-
-
-def _top_logprobs(
-    model: Any, prompt: list[int], tokens: list[int], k: int, temperature: float
-) -> list[list[tuple[int, float]]]:
-    """The ``k`` most likely tokens and their log-probabilities at every completion position,
-    from one forward pass of ``model`` (``log_softmax(logits / temperature)``)."""
-    if not tokens:
-        return []
-    device = next(model.parameters()).device
-    ids = torch.tensor([prompt + tokens], device=device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            logits = model(input_ids=ids, use_cache=False).logits[0]
-    finally:
-        model.train(was_training)
-    start = len(prompt) - 1
-    scores = (logits[start : start + len(tokens)].float() / temperature).log_softmax(-1)
-    values, index = scores.topk(min(k, scores.shape[-1]), dim=-1)
-    return [
-        list(zip(row_i, row_v, strict=True))
-        for row_i, row_v in zip(index.tolist(), values.tolist(), strict=True)
-    ]
-
-
-def forced_tool_prefix(
-    tokenizer: Any, tools: Sequence[Mapping[str, Any]], name: str | None
-) -> str | None:
-    """The text the chat template writes at the start of an assistant turn that calls
-    ``name`` (through ``"arguments": ``), or, with ``name`` None, up to the opening of the
-    call object (``<tool_call>`` for Qwen-style templates). None when the template does not
-    render a call in a form that can be cut this way."""
-    tools = [dict(t) for t in tools]
-    probe_name = name or tools[0]["function"]["name"]
-    messages = [{"role": "user", "content": "x"}]
-    call = {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [
-            {
-                "id": "call_probe",
-                "type": "function",
-                "function": {"name": probe_name, "arguments": _PROBE_ARGUMENTS},
-            }
-        ],
-    }
-    try:
-        header = apply_chat_template(tokenizer, messages, tools=tools, add_generation_prompt=True)
-        turn = apply_chat_template(
-            tokenizer, [*messages, call], tools=tools, add_generation_prompt=False
-        )
-    except Exception:
-        return None
-    if not turn.startswith(header):
-        return None
-    turn = turn[len(header) :]
-    at_name = turn.find(json.dumps(probe_name))
-    at_args = turn.find(_PROBE_ARGUMENTS)
-    if at_name < 0 or at_args < at_name:
-        return None
-    if name is not None:
-        return turn[:at_args]
-    opening = turn.rfind("{", 0, at_name)
-    prefix = turn[:opening] if opening >= 0 else ""
-    return prefix if prefix.strip() else None
 
 
 def _first_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:

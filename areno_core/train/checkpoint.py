@@ -27,6 +27,10 @@ renames it into place, so an interrupted save never leaves a partial ``step_<N>`
     resume_from = resolve_resume("auto", save_root)
     if resume_from is not None:
         state = load_checkpoint(resume_from, model=model, optimizer=opt, scheduler=sched)
+
+Why one long module: saving, the manifest, resume lookup and loading are one file format; the
+reader and the writer are kept side by side so they cannot drift apart (the sharded format of
+several processes is :mod:`areno_core.train.sharded_checkpoint`).
 """
 
 from __future__ import annotations
