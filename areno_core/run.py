@@ -18,7 +18,7 @@ import attrs
 import torch
 from rich.console import Console
 
-from areno_core.accel.attention import FLASH, attention_of, choose_attention
+from areno_core.accel.attention import FLASH, choose_attention
 from areno_core.accel.memory import MemoryMeter, PhaseMemory
 from areno_core.config import RunConfig, dump_yaml
 from areno_core.contracts.backend import TrainingBackend
@@ -31,7 +31,7 @@ from areno_core.metrics.logger import MetricsLogger
 from areno_core.metrics.sinks import open_sinks
 from areno_core.model import TrainableModel
 from areno_core.models.lora import LoraSettings
-from areno_core.models.reward import reward_model_fn
+from areno_core.models.reward import reward_model_beside
 from areno_core.registry import Registry, get_registry
 from areno_core.resolve import ResolvedRun
 from areno_core.train.progress import TrainProgress, print_summary
@@ -194,12 +194,7 @@ def _rollout_and_evaluation(
     reward_fn = plan.reward_fn
     if reward_fn is None:
         assert cfg.reward_ckpt is not None, "plan_run checks that one of them is given"
-        reward_fn = reward_model_fn(
-            cfg.reward_ckpt,
-            device=model.device,
-            dtype=model.dtype,
-            attn_implementation=attention_of(model.policy),
-        )
+        reward_fn = reward_model_beside(model, cfg.reward_ckpt)
     rollout: Any = build_rollout(plan, model, reward_fn, backend)
     evaluate = None
     if plan.eval_rows is not None:

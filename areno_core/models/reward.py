@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from areno_core.accel.attention import attention_of
 from areno_core.models.loading import load_value_model
 
 
@@ -37,4 +38,15 @@ def reward_model_fn(
     return reward_fn
 
 
-__all__ = ["reward_model_fn"]
+def reward_model_beside(model: Any, ref: str) -> Callable[[Any], float]:
+    """:func:`reward_model_fn` for ``ref`` loaded as the policy of ``model`` (a
+    :class:`~areno_core.model.TrainableModel`) is: same device, dtype and attention."""
+    return reward_model_fn(
+        ref,
+        device=model.device,
+        dtype=model.dtype,
+        attn_implementation=attention_of(model.policy),
+    )
+
+
+__all__ = ["reward_model_beside", "reward_model_fn"]

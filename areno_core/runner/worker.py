@@ -37,14 +37,13 @@ from typing import Any
 import attrs
 import torch
 
-from areno_core.accel.attention import attention_of
 from areno_core.agentic.collect import resolve_agent_fn
 from areno_core.contracts.engine import EngineOptions, drops_weights
 from areno_core.errors import ArenoError
 from areno_core.log import get_logger
 from areno_core.model import TrainableModel
 from areno_core.models.loading import load_model_and_tokenizer
-from areno_core.models.reward import reward_model_fn
+from areno_core.models.reward import reward_model_beside
 from areno_core.registry import get_registry
 from areno_core.rewards import resolve_reward_fn
 from areno_core.rollout.placement import RolloutPlacement
@@ -161,12 +160,7 @@ def build_runner(spec: WorkerSpec) -> Any:
         reward_fn = resolve_reward_fn(spec.reward_fn, registry)
     else:
         assert spec.reward_ckpt is not None, "the run checks that one of them is given"
-        reward_fn = reward_model_fn(
-            spec.reward_ckpt,
-            device=model.device,
-            dtype=model.dtype,
-            attn_implementation=attention_of(model.policy),
-        )
+        reward_fn = reward_model_beside(model, spec.reward_ckpt)
     agent = None
     if spec.agent_fn is not None:
         agent = AgentSettings(resolve_agent_fn(spec.agent_fn, registry), **spec.agent_options)
