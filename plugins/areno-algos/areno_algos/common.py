@@ -296,6 +296,40 @@ def policy_stats(
     return stats
 
 
+def token_clip_loss(
+    outputs: Mapping[str, Any],
+    batch: Mapping[str, Any],
+    *,
+    eps_low: float,
+    eps_high: float,
+    loss_agg: str,
+    weight_cap: float | None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The token-level clipped policy loss of GRPO and RLOO, with its stats.
+
+    Each loss token's :func:`clipped_surrogate` (times its :func:`behaviour_weight` in a
+    decoupled batch), aggregated with ``loss_agg``; stats are ``train/policy_loss``,
+    ``train/clip_fraction``, :func:`policy_stats` and, in a decoupled batch,
+    :func:`behaviour_stats`.
+    """
+    logprobs, old = outputs["logprobs"], batch["old_logprobs"]
+    mask, tokens = batch["loss_mask"], batch["group_loss_tokens"]
+    ratio = importance_ratio(logprobs, old)
+    per_token, clipped = clipped_surrogate(ratio, batch["advantages"], eps_low, eps_high)
+    weight = behaviour_weight(batch, old, weight_cap)
+    if weight is not None:
+        per_token = per_token * weight
+    loss = aggregate_loss(per_token, mask, loss_agg, tokens, batch["group_sequences"])
+    stats = {
+        "train/policy_loss": loss.detach(),
+        "train/clip_fraction": token_share(clipped.to(ratio.dtype), mask, tokens),
+        **policy_stats(ratio, logprobs, old, mask, tokens, outputs),
+    }
+    if weight is not None:
+        stats.update(behaviour_stats(weight, mask, tokens, weight_cap))
+    return loss, stats
+
+
 # --------------------------------------------------------------------------------------------
 # Groups (rows sampled from the same prompt share a group_index)
 # --------------------------------------------------------------------------------------------
@@ -356,6 +390,11 @@ def require(batch: Mapping[str, Any], keys: Sequence[str], algo: str) -> None:
 # --------------------------------------------------------------------------------------------
 # Options shared by several algorithms
 # --------------------------------------------------------------------------------------------
+
+
+def clip_eps_field() -> Any:
+    """The ``clip_eps`` option RLOO and PPO share: the symmetric clip on the token ratio."""
+    return option(0.2, "RLOO and PPO: clip on the token ratio.", validator=number(min=0.0))
 
 
 def loss_agg_field(default_mode: str) -> Any:
