@@ -30,7 +30,7 @@ How the core combines stats across microbatches
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -296,22 +296,34 @@ def policy_stats(
     return stats
 
 
+TOKEN_CLIP_LOSS_AGG = "token-mean"
+
+
+class TokenClipConfig(Protocol):
+    """What :func:`token_clip_loss` reads from an algorithm's config."""
+
+    @property
+    def eps_low(self) -> float: ...
+    @property
+    def eps_high(self) -> float: ...
+    @property
+    def loss_agg(self) -> str | None: ...
+    @property
+    def behaviour_weight_cap(self) -> float | None: ...
+
+
 def token_clip_loss(
-    outputs: Mapping[str, Any],
-    batch: Mapping[str, Any],
-    *,
-    eps_low: float,
-    eps_high: float,
-    loss_agg: str,
-    weight_cap: float | None,
+    outputs: Mapping[str, Any], batch: Mapping[str, Any], config: TokenClipConfig
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The token-level clipped policy loss of GRPO and RLOO, with its stats.
 
-    Each loss token's :func:`clipped_surrogate` (times its :func:`behaviour_weight` in a
-    decoupled batch), aggregated with ``loss_agg``; stats are ``train/policy_loss``,
-    ``train/clip_fraction``, :func:`policy_stats` and, in a decoupled batch,
-    :func:`behaviour_stats`.
+    Each loss token's :func:`clipped_surrogate` on the band ``[1 - eps_low, 1 + eps_high]``
+    (times its :func:`behaviour_weight` in a decoupled batch), aggregated with ``loss_agg``
+    (unset: ``token-mean``); stats are ``train/policy_loss``, ``train/clip_fraction``,
+    :func:`policy_stats` and, in a decoupled batch, :func:`behaviour_stats`.
     """
+    eps_low, eps_high, weight_cap = config.eps_low, config.eps_high, config.behaviour_weight_cap
+    loss_agg = config.loss_agg or TOKEN_CLIP_LOSS_AGG
     logprobs, old = outputs["logprobs"], batch["old_logprobs"]
     mask, tokens = batch["loss_mask"], batch["group_loss_tokens"]
     ratio = importance_ratio(logprobs, old)

@@ -27,6 +27,7 @@ import torch
 
 from areno_algos.common import (
     ONLINE_ROW_SCHEMA,
+    TOKEN_CLIP_LOSS_AGG,
     behaviour_weight_cap_field,
     broadcast_over_tokens,
     group_normalized_rewards,
@@ -38,7 +39,7 @@ from areno_core.algorithm import AlgorithmSpec
 from areno_core.options import option
 from areno_core.validators import boolean, number
 
-DEFAULT_LOSS_AGG = "token-mean"
+DEFAULT_LOSS_AGG = TOKEN_CLIP_LOSS_AGG
 
 
 @attrs.frozen
@@ -62,6 +63,10 @@ class GRPOConfig:
     behaviour_weight_cap: float | None = behaviour_weight_cap_field()
 
     @property
+    def eps_low(self) -> float:
+        return self.grpo_clip_eps
+
+    @property
     def eps_high(self) -> float:
         return self.grpo_clip_eps if self.grpo_clip_eps_high is None else self.grpo_clip_eps_high
 
@@ -77,14 +82,7 @@ def grpo_advantages(batch: dict[str, Any], config: GRPOConfig) -> dict[str, Any]
 def grpo_loss(
     outputs: Mapping[str, Any], batch: Mapping[str, Any], config: GRPOConfig
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    return token_clip_loss(
-        outputs,
-        batch,
-        eps_low=config.grpo_clip_eps,
-        eps_high=config.eps_high,
-        loss_agg=config.loss_agg or DEFAULT_LOSS_AGG,
-        weight_cap=config.behaviour_weight_cap,
-    )
+    return token_clip_loss(outputs, batch, config)
 
 
 SPEC = AlgorithmSpec(

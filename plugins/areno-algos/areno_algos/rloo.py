@@ -22,6 +22,7 @@ import torch
 
 from areno_algos.common import (
     ONLINE_ROW_SCHEMA,
+    TOKEN_CLIP_LOSS_AGG,
     behaviour_weight_cap_field,
     broadcast_over_tokens,
     clip_eps_field,
@@ -32,7 +33,7 @@ from areno_algos.common import (
 )
 from areno_core.algorithm import AlgorithmSpec
 
-DEFAULT_LOSS_AGG = "token-mean"
+DEFAULT_LOSS_AGG = TOKEN_CLIP_LOSS_AGG
 
 
 @attrs.frozen
@@ -40,6 +41,14 @@ class RLOOConfig:
     clip_eps: float = clip_eps_field()
     loss_agg: str | None = loss_agg_field(DEFAULT_LOSS_AGG)
     behaviour_weight_cap: float | None = behaviour_weight_cap_field()
+
+    @property
+    def eps_low(self) -> float:
+        return self.clip_eps
+
+    @property
+    def eps_high(self) -> float:
+        return self.clip_eps
 
 
 def rloo_advantages(batch: dict[str, Any], config: RLOOConfig) -> dict[str, Any]:
@@ -51,14 +60,7 @@ def rloo_advantages(batch: dict[str, Any], config: RLOOConfig) -> dict[str, Any]
 def rloo_loss(
     outputs: Mapping[str, Any], batch: Mapping[str, Any], config: RLOOConfig
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    return token_clip_loss(
-        outputs,
-        batch,
-        eps_low=config.clip_eps,
-        eps_high=config.clip_eps,
-        loss_agg=config.loss_agg or DEFAULT_LOSS_AGG,
-        weight_cap=config.behaviour_weight_cap,
-    )
+    return token_clip_loss(outputs, batch, config)
 
 
 SPEC = AlgorithmSpec(
