@@ -209,39 +209,29 @@ def test_engine_shared_prompt_cache_on_bfloat16_model_stays_close_to_copies(mode
     _assert_same_samples(shared, copied, atol=1e-3)
 
 
-def _qwen2() -> Qwen2ForCausalLM:
-    torch.manual_seed(1)
-    config = Qwen2Config(
+def _other_family(model_cls: type, config_cls: type, seed: int, kv_heads: int) -> torch.nn.Module:
+    """A tiny random model of another family (no q/k norms, its own head layout)."""
+    torch.manual_seed(seed)
+    config = config_cls(
         vocab_size=VOCAB,
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
         num_attention_heads=4,
-        num_key_value_heads=1,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=256,
         attn_implementation="sdpa",
     )
-    return Qwen2ForCausalLM(config).eval()
+    return model_cls(config).eval()
 
 
-def _llama() -> LlamaForCausalLM:
-    torch.manual_seed(2)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=256,
-        attn_implementation="sdpa",
-    )
-    return LlamaForCausalLM(config).eval()
-
-
-@pytest.mark.parametrize("build", [_qwen2, _llama], ids=["qwen2", "llama"])
-def test_engine_shared_prompt_cache_other_families_match_copies(build, prompts) -> None:
-    other = build()
+@pytest.mark.parametrize(
+    "family",
+    [(Qwen2ForCausalLM, Qwen2Config, 1, 1), (LlamaForCausalLM, LlamaConfig, 2, 4)],
+    ids=["qwen2", "llama"],
+)
+def test_engine_shared_prompt_cache_other_families_match_copies(family, prompts) -> None:
+    other = _other_family(*family)
     sampling = SamplingParams(max_new_tokens=8, temperature=1.0, seed=4)
     _, shared = _generate(other, prompts, sampling, shared=True, n=4, max_running=6)
     _, copied = _generate(other, prompts, sampling, shared=False, n=4, max_running=6)
