@@ -80,7 +80,6 @@ def grpo_utilisation(args: Any, model_dir: Path) -> dict[str, Any]:
     from areno_core.backend import LocalBackend, TrainableModel
     from areno_core.contracts.engine import EngineOptions
     from areno_core.rewards import RewardScorer
-    from areno_core.rollout.collect import collect_groups, prompt_item
     from areno_core.rollout.native import NativeEngine
     from areno_core.types import SamplingParams
 
@@ -98,22 +97,9 @@ def grpo_utilisation(args: Any, model_dir: Path) -> dict[str, Any]:
 
     scorer = RewardScorer(reward_fn)
     sampling = SamplingParams(max_new_tokens=shape["new_tokens"], temperature=1.0)
-    per_step = shape["prompts"]
 
     def rollout(step: int) -> Any:
-        batch = rows[step * per_step : (step + 1) * per_step]
-        items = [prompt_item(step * per_step + i, row) for i, row in enumerate(batch)]
-        engine.start_session()
-        groups, _ = collect_groups(
-            items,
-            engine=engine,
-            tokenizer=tokenizer,
-            sampling=sampling,
-            n_samples=shape["samples"],
-            scorer=scorer,
-            generator=model.rollout_generator,
-        )
-        engine.end_session()
+        groups, _ = bench_grpo.areno_rollout(step, rows, shape, model, engine, sampling, scorer)
         return groups
 
     def update(groups: Any) -> None:

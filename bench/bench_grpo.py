@@ -112,12 +112,41 @@ def digit_share(text: str) -> float:
 # -- children ---------------------------------------------------------------------------------
 
 
+def areno_rollout(
+    step: int,
+    rows: list[dict[str, str]],
+    shape: dict[str, Any],
+    model: Any,
+    engine: Any,
+    sampling: Any,
+    scorer: Any,
+) -> tuple[list[Any], dict[str, Any]]:
+    """areno's rollout of step ``step``: the step's ``shape["prompts"]`` rows, ``shape["samples"]``
+    samples each, in one engine session. Returns the groups and the rollout metrics."""
+    from areno_core.rollout.collect import collect_groups, prompt_item
+
+    per_step = shape["prompts"]
+    batch = rows[step * per_step : (step + 1) * per_step]
+    items = [prompt_item(step * per_step + i, row) for i, row in enumerate(batch)]
+    engine.start_session()
+    groups, metrics = collect_groups(
+        items,
+        engine=engine,
+        tokenizer=model.tokenizer,
+        sampling=sampling,
+        n_samples=shape["samples"],
+        scorer=scorer,
+        generator=model.rollout_generator,
+    )
+    engine.end_session()
+    return groups, metrics
+
+
 def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
     common.set_threads(args.threads)
     from areno_core.backend import LocalBackend, TrainableModel
     from areno_core.contracts.engine import EngineOptions
     from areno_core.rewards import RewardScorer
-    from areno_core.rollout.collect import collect_groups, prompt_item
     from areno_core.rollout.native import NativeEngine
     from areno_core.types import SamplingParams
 
@@ -132,24 +161,11 @@ def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> d
 
     scorer = RewardScorer(reward_fn)
     sampling = SamplingParams(max_new_tokens=shape["new_tokens"], temperature=1.0)
-    per_step = shape["prompts"]
     clock = common.StepClock(shape["warmup"])
     rewards: list[float] = []
     tokens = 0
     for step in range(shape["warmup"] + shape["steps"]):
-        batch = rows[step * per_step : (step + 1) * per_step]
-        items = [prompt_item(step * per_step + i, row) for i, row in enumerate(batch)]
-        engine.start_session()
-        groups, metrics = collect_groups(
-            items,
-            engine=engine,
-            tokenizer=tokenizer,
-            sampling=sampling,
-            n_samples=shape["samples"],
-            scorer=scorer,
-            generator=model.rollout_generator,
-        )
-        engine.end_session()
+        groups, metrics = areno_rollout(step, rows, shape, model, engine, sampling, scorer)
         backend.train(
             model,
             groups,

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parent.parent
 GSM8K_DIR = REPO / "data" / "gsm8k"
+DIGIT_SHARE_REWARD = REPO / "tests" / "fixtures" / "digit_share_reward.py"
 
 # A minimal algorithm plugin for core tests, independent of areno-algos.
 TOY_ALGO_SOURCE = """
@@ -42,6 +45,55 @@ def register_algorithms(register):
 def register_rewards(register):
     register("always_one", lambda record: 1.0)
 """
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread for a module's tests (tiny matmuls run far faster on one thread than
+    with threads fighting over two cores); the thread count comes back afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _write_rl_files(folder: Path, prompt_chars: int) -> tuple[Path, Path]:
+    loader, reward = folder / "rl_loader.py", folder / "reward.py"
+    loader.write_text(
+        "def load_row(row):\n"
+        f'    return {{"prompt": row["question"][:{prompt_chars}], '
+        '"answer": row["answer"].split("####")[-1].strip()}\n'
+    )
+    reward.write_text(DIGIT_SHARE_REWARD.read_text())
+    return loader, reward
+
+
+def _write_dpo_loader(folder: Path, prompt_chars: int) -> Path:
+    loader = folder / "dpo_loader.py"
+    loader.write_text(
+        "def load_row(row):\n"
+        '    final = row["answer"].split("####")[-1].strip()\n'
+        f'    return {{"prompt": row["question"][:{prompt_chars}], '
+        '"chosen": "It is " + final + ".", "rejected": "No."}\n'
+    )
+    return loader
+
+
+@pytest.fixture(scope="session")
+def write_rl_files() -> Callable[[Path, int], tuple[Path, Path]]:
+    """``write(folder, prompt_chars)`` writes the GSM8K files of a short online run into
+    ``folder`` and returns ``(loader, reward)``: ``rl_loader.py`` (the question cut to
+    ``prompt_chars`` characters as the prompt, the final answer) and ``reward.py`` (the share of
+    digits in the completion, tests/fixtures/digit_share_reward.py)."""
+    return _write_rl_files
+
+
+@pytest.fixture(scope="session")
+def write_dpo_loader() -> Callable[[Path, int], Path]:
+    """``write(folder, prompt_chars)`` writes ``dpo_loader.py`` into ``folder`` and returns it:
+    GSM8K pairs with the question cut to ``prompt_chars`` characters, "It is <answer>." chosen
+    over "No."."""
+    return _write_dpo_loader
 
 
 @pytest.fixture

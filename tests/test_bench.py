@@ -97,22 +97,21 @@ def test_rollout_driver_runs_both_sides_and_writes_ratios(tmp_path) -> None:
     assert runs["areno"][0]["tokens"] == runs["hf"][0]["tokens"] == [8]  # same work
 
 
-def _common():
+def _bench_module(name: str):
+    """``bench/<name>.py`` imported as ``name`` (the bench scripts import each other that way)."""
     sys.path.insert(0, str(BENCH))
     try:
-        import common  # bench/common.py
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(BENCH))
-    return common
+
+
+def _common():
+    return _bench_module("common")
 
 
 def _bench_grpo():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import bench_grpo  # bench/bench_grpo.py
-    finally:
-        sys.path.remove(str(BENCH))
-    return bench_grpo
+    return _bench_module("bench_grpo")
 
 
 def test_grpo_score_text_full_reward_only_for_the_answer_at_the_start() -> None:

@@ -20,15 +20,6 @@ pytestmark = pytest.mark.usefixtures("installed_plugins_only")
 
 REPO = Path(__file__).resolve().parent.parent
 GSM8K = REPO / "data" / "gsm8k" / "train.jsonl"
-RL_LOADER = """
-def load_row(row):
-    return {"prompt": row["question"][:40], "answer": row["answer"].split("####")[-1].strip()}
-"""
-RL_REWARD = """
-def reward_fn(record):
-    text = record.completion
-    return sum(c.isdigit() for c in text) / max(len(text), 1)
-"""
 # Metrics only an asynchronous run writes (the rest must equal a synchronous run's at K = 0).
 ASYNC_ONLY = {
     "rollout/staleness_mean",
@@ -47,16 +38,15 @@ def history(metrics_dir: Path) -> list[dict]:
 
 
 @pytest.fixture
-def rl_args(tmp_path: Path) -> list[str]:
+def rl_args(tmp_path: Path, write_rl_files) -> list[str]:
     rows = tmp_path / "rows.jsonl"
     with GSM8K.open() as f:
         rows.write_text("".join(next(f) for _ in range(24)))
-    (tmp_path / "loader.py").write_text(RL_LOADER)
-    (tmp_path / "reward.py").write_text(RL_REWARD)
+    loader, reward = write_rl_files(tmp_path, 40)
     return [
         "train", "--algo", "grpo", "--ckpt", "random:qwen3-tiny", "--dataset-path", str(rows),
-        "--dataset-loader-fn", str(tmp_path / "loader.py"), "--reward-fn-path",
-        str(tmp_path / "reward.py"), "--batch-size", "4", "--n-samples", "4", "--mini-bs", "8",
+        "--dataset-loader-fn", str(loader), "--reward-fn-path", str(reward), "--batch-size", "4",
+        "--n-samples", "4", "--mini-bs", "8",
         "--gradient-accumulation-steps", "1", "--max-new-tokens", "8", "--lr", "1e-3",
         "--no-activation-checkpointing",
     ]  # fmt: skip
@@ -161,10 +151,11 @@ def test_worker_that_cannot_start_ends_the_run_with_its_error(tmp_path, rl_args,
     from areno_core.cli.main import main
 
     # The reward file loads in the trainer but fails in the spawned worker.
-    (tmp_path / "reward.py").write_text(
+    reward = tmp_path / "reward.py"
+    reward.write_text(
         "import multiprocessing\n"
         "if multiprocessing.parent_process() is not None:\n"
-        "    raise RuntimeError('no reward in the worker')\n" + RL_REWARD
+        "    raise RuntimeError('no reward in the worker')\n" + reward.read_text()
     )
     with pytest.raises(SystemExit) as info:
         main([*rl_args, "--async-rollout", "--max-steps", "1", "--metrics-log-dir", str(tmp_path)])

@@ -23,31 +23,16 @@ pytestmark = pytest.mark.usefixtures("installed_plugins_only", "no_deprecated_tr
 
 REPO = Path(__file__).resolve().parent.parent
 SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
-RL_LOADER = """
-def load_row(row):
-    return {"prompt": row["question"][:24], "answer": row["answer"].split("####")[-1].strip()}
-"""
-RL_REWARD = """
-def reward_fn(record):
-    text = record.completion
-    return sum(c.isdigit() for c in text) / max(len(text), 1)
-"""
-DPO_LOADER = """
-def load_row(row):
-    final = row["answer"].split("####")[-1].strip()
-    return {"prompt": row["question"][:24], "chosen": "It is " + final + ".", "rejected": "No."}
-"""
 NAMES = [f.name for f in available_families()]
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def data(tmp_path_factory: pytest.TempPathFactory, write_rl_files, write_dpo_loader) -> Path:
     folder = tmp_path_factory.mktemp("family-data")
     with (REPO / "data" / "gsm8k" / "train.jsonl").open() as f:
         (folder / "rows.jsonl").write_text("".join(next(f) for _ in range(16)))
-    (folder / "rl_loader.py").write_text(RL_LOADER)
-    (folder / "reward.py").write_text(RL_REWARD)
-    (folder / "dpo_loader.py").write_text(DPO_LOADER)
+    write_rl_files(folder, 24)
+    write_dpo_loader(folder, 24)
     return folder
 
 

@@ -19,33 +19,18 @@ pytestmark = pytest.mark.usefixtures("installed_plugins_only")
 
 REPO = Path(__file__).resolve().parent.parent
 SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
-RL_LOADER = """
-def load_row(row):
-    return {"prompt": row["question"][:40], "answer": row["answer"].split("####")[-1].strip()}
-"""
-RL_REWARD = """
-def reward_fn(record):
-    text = record.completion
-    return sum(c.isdigit() for c in text) / max(len(text), 1)
-"""
-DPO_LOADER = """
-def load_row(row):
-    final = row["answer"].split("####")[-1].strip()
-    return {"prompt": row["question"][:48], "chosen": "It is " + final + ".", "rejected": "No."}
-"""
 # 2 layers x 7 projections x (lora_A, lora_B)
 ADAPTER_TENSORS = 28
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
+def data(tmp_path_factory, write_rl_files, write_dpo_loader) -> Path:
     folder = tmp_path_factory.mktemp("lora-data")
     src = REPO / "data" / "gsm8k" / "train.jsonl"
     with src.open() as f:
         (folder / "rows.jsonl").write_text("".join(next(f) for _ in range(32)))
-    (folder / "rl_loader.py").write_text(RL_LOADER)
-    (folder / "reward.py").write_text(RL_REWARD)
-    (folder / "dpo_loader.py").write_text(DPO_LOADER)
+    write_rl_files(folder, 40)
+    write_dpo_loader(folder, 48)
     return folder
 
 

@@ -15,16 +15,6 @@ from areno_core.testing import run_areno
 REPO = Path(__file__).resolve().parent.parent
 SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
 
-RL_LOADER = """
-def load_row(row):
-    return {"prompt": row["question"][:48], "answer": row["answer"].split("####")[-1].strip()}
-"""
-# A dense reward a random model can climb: the share of digits in the completion.
-RL_REWARD = """
-def reward_fn(record):
-    text = record.completion
-    return sum(c.isdigit() for c in text) / max(len(text), 1)
-"""
 DPO_LOADER = """
 def load_row(row):
     final = row["answer"].split("####")[-1].strip()
@@ -101,10 +91,10 @@ def test_dpo_margin_and_accuracy_rise(tmp_path, gsm8k_rows):
 # smoke/gspo, smoke/rloo, smoke/ppo), whose gates check what this test checks.
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["grpo", "gspo", "rloo", "ppo"])
-def test_online_algorithms_run_and_write_metrics_and_checkpoint(tmp_path, gsm8k_rows, algo):
-    loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"
-    loader.write_text(RL_LOADER)
-    reward.write_text(RL_REWARD)
+def test_online_algorithms_run_and_write_metrics_and_checkpoint(
+    tmp_path, gsm8k_rows, algo, write_rl_files
+):
+    loader, reward = write_rl_files(tmp_path, 48)
     run = tmp_path / algo
     areno(
         "train", "--algo", algo, "--ckpt", "random:qwen3-tiny",
@@ -133,7 +123,7 @@ def test_online_algorithms_run_and_write_metrics_and_checkpoint(tmp_path, gsm8k_
 
 
 @pytest.mark.parametrize("algo", ["sft", "grpo", "ppo"])
-def test_resume_continues_with_identical_losses(tmp_path, gsm8k_rows, algo):
+def test_resume_continues_with_identical_losses(tmp_path, gsm8k_rows, algo, write_rl_files):
     common = [
         "train", "--algo", algo, "--ckpt", "random:qwen3-tiny",
         "--dataset-path", str(gsm8k_rows), "--batch-size", "16", "--mini-bs", "8",
@@ -143,9 +133,7 @@ def test_resume_continues_with_identical_losses(tmp_path, gsm8k_rows, algo):
         common += ["--dataset-loader-fn", str(SFT_LOADER), "--max-new-tokens", "64"]
         total, cut = 8, 6  # 96 rows / 16 = 6 steps per epoch: resume at an epoch boundary
     else:
-        loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"
-        loader.write_text(RL_LOADER)
-        reward.write_text(RL_REWARD)
+        loader, reward = write_rl_files(tmp_path, 48)
         common += [
             "--dataset-loader-fn", str(loader), "--reward-fn-path", str(reward),
             "--batch-size", "2", "--n-samples", "4", "--max-new-tokens", "10",
@@ -281,9 +269,8 @@ def test_resume_on_dataset_of_other_size_is_a_clear_error(tmp_path, gsm8k_rows, 
     assert (run / "latest").read_text().strip() == "step_1"
 
 
-def test_ppo_with_reward_model_scores_samples_with_it(tmp_path, gsm8k_rows):
-    loader = tmp_path / "loader.py"
-    loader.write_text(RL_LOADER)
+def test_ppo_with_reward_model_scores_samples_with_it(tmp_path, gsm8k_rows, write_rl_files):
+    loader, _ = write_rl_files(tmp_path, 48)
     run = tmp_path / "ppo_rm"
     areno(
         "train", "--algo", "ppo", "--ckpt", "random:qwen3-tiny",
@@ -297,9 +284,8 @@ def test_ppo_with_reward_model_scores_samples_with_it(tmp_path, gsm8k_rows):
     assert step["rollout/reward_std"] > 0 and step["rollout/reward_errors"] == 0
 
 
-def test_drop_uniform_groups_removes_groups_without_signal(tmp_path, gsm8k_rows):
-    loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"
-    loader.write_text(RL_LOADER)
+def test_drop_uniform_groups_removes_groups_without_signal(tmp_path, gsm8k_rows, write_rl_files):
+    loader, reward = write_rl_files(tmp_path, 48)
     reward.write_text("def reward_fn(record):\n    return 1.0\n")
     run = tmp_path / "uniform"
     areno(
@@ -342,10 +328,10 @@ def test_fresh_run_into_used_save_path_refused_and_reused_log_dir_starts_over(
     assert steps == [1, 2]
 
 
-def test_eval_dataset_logs_greedy_eval_at_start_interval_and_end(tmp_path, gsm8k_rows, capsys):
-    loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"
-    loader.write_text(RL_LOADER)
-    reward.write_text(RL_REWARD)
+def test_eval_dataset_logs_greedy_eval_at_start_interval_and_end(
+    tmp_path, gsm8k_rows, capsys, write_rl_files
+):
+    loader, reward = write_rl_files(tmp_path, 48)
     run = tmp_path / "run"
     areno(
         "train", "--algo", "grpo", "--ckpt", "random:qwen3-tiny",
@@ -380,14 +366,13 @@ def test_eval_dataset_logs_greedy_eval_at_start_interval_and_end(tmp_path, gsm8k
         (["--eval-dataset-path", "missing.jsonl"], "missing.jsonl"),
     ],
 )
-def test_eval_options_bad_values_fail_before_output(tmp_path, gsm8k_rows, capsys, extra, message):
+def test_eval_options_bad_values_fail_before_output(
+    tmp_path, gsm8k_rows, capsys, extra, message, write_rl_files
+):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "no response here"}\n')
     extra = [str(bad) if a == "BAD" else a for a in extra]
-    reward = tmp_path / "reward.py"
-    reward.write_text(RL_REWARD)
-    loader = tmp_path / "loader.py"
-    loader.write_text(RL_LOADER)
+    loader, reward = write_rl_files(tmp_path, 48)
     algo = [] if "--algo" in extra else ["--algo", "grpo", "--reward-fn-path", str(reward)]
     loader_args = [] if "--algo" in extra else ["--dataset-loader-fn", str(loader)]
     if "--algo" in extra:
@@ -422,12 +407,12 @@ def test_sft_eval_dataset_logs_held_out_loss_that_falls(tmp_path, gsm8k_rows, ca
     assert f"eval loss │ {rows[0]['eval/loss']:.4g} -> {rows[8]['eval/loss']:.4g}" in summary
 
 
-def test_ppo_in_bfloat16_trains_through_float32_master_weights(tmp_path, gsm8k_rows):
+def test_ppo_in_bfloat16_trains_through_float32_master_weights(
+    tmp_path, gsm8k_rows, write_rl_files
+):
     from safetensors import safe_open
 
-    loader, reward = tmp_path / "loader.py", tmp_path / "reward.py"
-    loader.write_text(RL_LOADER)
-    reward.write_text(RL_REWARD)
+    loader, reward = write_rl_files(tmp_path, 48)
     run = tmp_path / "run"
     areno(
         "train", "--algo", "ppo", "--ckpt", "random:qwen3-tiny", "--dtype", "bfloat16",

@@ -83,36 +83,75 @@ def test_load_function_edited_file_is_imported_again(tmp_path: Path) -> None:
     assert (before(None), after(None)) == (1, 22)
 
 
-def test_load_function_missing_file_names_file_and_function(tmp_path: Path) -> None:
-    path = tmp_path / "nope.py"
-    with pytest.raises(
-        UserCodeError,
-        match=r"^dataset loader file not found: .*nope\.py \(looked for function 'load_row'; "
+# (file name, its text or None for no file, ":function" or "", default_name, what, error)
+BAD_FILES = {
+    "missing-file": (
+        "nope.py", None, "", "load_row", "dataset loader",
+        r"^dataset loader file not found: .*nope\.py \(looked for function 'load_row'; "
         r"expected a Python file given as 'file\.py' or 'file\.py:function'",
-    ):
-        load_function(str(path), default_name="load_row", what="dataset loader")
-
-
-def test_load_function_not_py_file_says_what_is_expected(tmp_path: Path) -> None:
-    path = _write(tmp_path / "loader.txt", "x = 1\n")
-    with pytest.raises(
-        UserCodeError,
-        match=r"^reward function '.*loader\.txt' is not a \.py file; expected a Python file "
+    ),
+    "not-a-py-file": (
+        "loader.txt", "x = 1\n", "", "reward_fn", "reward function",
+        r"^reward function '.*loader\.txt' is not a \.py file; expected a Python file "
         r"given as 'file\.py' or 'file\.py:function'",
-    ):
-        load_function(str(path), default_name="reward_fn", what="reward function")
+    ),
+    "invalid-function-name": (
+        "loader.py", "def load_row(row):\n    return row\n", ":1bad", "load_row", "dataset loader",
+        r"'1bad' is not a valid Python function name",
+    ),
+    "missing-import": (
+        "needs.py", "import not_a_real_module_xyz\n\ndef load_row(r):\n    pass\n", "",
+        "load_row", "dataset loader",
+        r"^dataset loader .*needs\.py failed to import: ModuleNotFoundError: "
+        r"No module named 'not_a_real_module_xyz'; the file runs at import time",
+    ),
+    "error-at-import-time": (
+        "boom.py", "RATE = 1 / 0\n", "", "reward_fn", "reward function",
+        r"boom\.py failed to import: ZeroDivisionError: division by zero",
+    ),
+    "missing-function-lists-callables": (
+        "loader.py",
+        "from os.path import join\n\n"
+        "LIMIT = 3\n\n"
+        "def load_gsm8k(row):\n    return row\n\n"
+        "def _private(row):\n    return row\n\n"
+        "class Helper:\n    pass\n",
+        "", "load_row", "dataset loader",
+        r"^dataset loader .*loader\.py has no function 'load_row'\. Callables defined in "
+        r"that file: Helper, load_gsm8k\. Name one with 'loader\.py:function'\.$",
+    ),
+    "no-callables-says-none": (
+        "empty.py", "VALUE = 1\n", ":reward", "reward_fn", "reward function",
+        r"Callables defined in that file: none\.",
+    ),
+    "not-callable-names-its-type": (
+        "loader.py", "load_row = {'a': 1}\n", "", "load_row", "dataset loader",
+        r"^dataset loader .*loader\.py: 'load_row' is of type dict, not a function; "
+        r"expected a callable named 'load_row'$",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "function", "default_name", "what", "error"),
+    BAD_FILES.values(),
+    ids=BAD_FILES.keys(),
+)
+def test_load_function_bad_file_or_function_says_what_is_wrong(
+    tmp_path: Path, name: str, text: str | None, function: str, default_name: str, what: str,
+    error: str,
+) -> None:  # fmt: skip
+    path = tmp_path / name
+    if text is not None:
+        _write(path, text)
+    with pytest.raises(UserCodeError, match=error):
+        load_function(f"{path}{function}", default_name=default_name, what=what)
 
 
 def test_load_function_directory_named_py_is_rejected(tmp_path: Path) -> None:
     (tmp_path / "weird.py").mkdir()
     with pytest.raises(UserCodeError, match=r"^agent function .*weird\.py is not a file"):
         load_function(str(tmp_path / "weird.py"), default_name="run_agent", what="agent function")
-
-
-def test_load_function_invalid_function_name_is_rejected(tmp_path: Path) -> None:
-    path = _write(tmp_path / "loader.py", "def load_row(row):\n    return row\n")
-    with pytest.raises(UserCodeError, match=r"'1bad' is not a valid Python function name"):
-        load_function(f"{path}:1bad", default_name="load_row", what="dataset loader")
 
 
 def test_load_function_syntax_error_names_file_and_line(tmp_path: Path) -> None:
@@ -123,56 +162,3 @@ def test_load_function_syntax_error_names_file_and_line(tmp_path: Path) -> None:
         load_function(str(path), default_name="load_row", what="dataset loader")
     assert isinstance(info.value.__cause__, SyntaxError)
     assert not any(name.startswith("_areno_user_broken_") for name in sys.modules)
-
-
-def test_load_function_missing_import_reports_cause(tmp_path: Path) -> None:
-    path = _write(
-        tmp_path / "needs.py", "import not_a_real_module_xyz\n\ndef load_row(r):\n    pass\n"
-    )
-    with pytest.raises(
-        UserCodeError,
-        match=r"^dataset loader .*needs\.py failed to import: ModuleNotFoundError: "
-        r"No module named 'not_a_real_module_xyz'; the file runs at import time",
-    ):
-        load_function(str(path), default_name="load_row", what="dataset loader")
-
-
-def test_load_function_error_at_import_time_reports_exception(tmp_path: Path) -> None:
-    path = _write(tmp_path / "boom.py", "RATE = 1 / 0\n")
-    with pytest.raises(
-        UserCodeError, match=r"boom\.py failed to import: ZeroDivisionError: division by zero"
-    ):
-        load_function(str(path), default_name="reward_fn", what="reward function")
-
-
-def test_load_function_missing_function_lists_defined_callables(tmp_path: Path) -> None:
-    path = _write(
-        tmp_path / "loader.py",
-        "from os.path import join\n\n"
-        "LIMIT = 3\n\n"
-        "def load_gsm8k(row):\n    return row\n\n"
-        "def _private(row):\n    return row\n\n"
-        "class Helper:\n    pass\n",
-    )
-    with pytest.raises(
-        UserCodeError,
-        match=r"^dataset loader .*loader\.py has no function 'load_row'\. Callables defined in "
-        r"that file: Helper, load_gsm8k\. Name one with 'loader\.py:function'\.$",
-    ):
-        load_function(str(path), default_name="load_row", what="dataset loader")
-
-
-def test_load_function_file_without_callables_says_none(tmp_path: Path) -> None:
-    path = _write(tmp_path / "empty.py", "VALUE = 1\n")
-    with pytest.raises(UserCodeError, match=r"Callables defined in that file: none\."):
-        load_function(f"{path}:reward", default_name="reward_fn", what="reward function")
-
-
-def test_load_function_not_callable_names_its_type(tmp_path: Path) -> None:
-    path = _write(tmp_path / "loader.py", "load_row = {'a': 1}\n")
-    with pytest.raises(
-        UserCodeError,
-        match=r"^dataset loader .*loader\.py: 'load_row' is of type dict, not a function; "
-        r"expected a callable named 'load_row'$",
-    ):
-        load_function(str(path), default_name="load_row", what="dataset loader")

@@ -22,15 +22,11 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "sync_metrics.json"
 GSM8K = REPO / "data" / "gsm8k" / "train.jsonl"
+REWARD = REPO / "tests" / "fixtures" / "digit_share_reward.py"
 
 RL_LOADER = """
 def load_row(row):
     return {"prompt": row["question"][:40], "answer": row["answer"].split("####")[-1].strip()}
-"""
-RL_REWARD = """
-def reward_fn(record):
-    text = record.completion
-    return sum(c.isdigit() for c in text) / max(len(text), 1)
 """
 
 
@@ -45,11 +41,10 @@ def run_args(name: str, root: Path) -> list[str]:
     with GSM8K.open() as f:
         rows.write_text("".join(next(f) for _ in range(16)))
     (root / "loader.py").write_text(RL_LOADER)
-    (root / "reward.py").write_text(RL_REWARD)
     common = [
         "train", "--ckpt", "random:qwen3-tiny", "--dataset-path", str(rows),
         "--dataset-loader-fn", str(root / "loader.py"), "--reward-fn-path",
-        str(root / "reward.py"), "--batch-size", "4", "--n-samples", "4", "--mini-bs", "4",
+        str(REWARD), "--batch-size", "4", "--n-samples", "4", "--mini-bs", "4",
         "--gradient-accumulation-steps", "1", "--max-new-tokens", "8", "--lr", "1e-3",
         "--no-activation-checkpointing", "--max-steps", "3",
     ]  # fmt: skip

@@ -5,16 +5,67 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 import torch
 
+from areno_core.agentic.collect import collect_agentic_groups
 from areno_core.models.tokenizer import build_byte_tokenizer
-from areno_core.types import Completion, SamplingParams
+from areno_core.rewards import RewardScorer
+from areno_core.types import Completion, PromptItem, SamplingParams
 
 LOGPROB = -0.25
+# The tool the collect tests' agents offer, and the call the scripted model makes to it.
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "parameters": {"type": "object", "properties": {"a": {}, "b": {}}},
+        },
+    }
+]
+CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 2}}</tool_call>'
+
+
+def prompt_items(count: int = 2, *, tools: bool) -> list[PromptItem]:
+    """``count`` prompts "What is 2 + 2? (i)" (answer 4) at indices 10, 11, ...; their rows
+    carry :data:`TOOLS` when ``tools``."""
+    return [
+        PromptItem(
+            index=10 + i,
+            row={"id": i, "tools": TOOLS} if tools else {"id": i},
+            messages=({"role": "user", "content": f"What is 2 + 2? ({i})"},),
+            answer="4",
+        )
+        for i in range(count)
+    ]
+
+
+def tool_reply(prompt: str, call: int) -> str:
+    """A scripted model's reply: the answer once a tool result is in the prompt, else a call."""
+    if "<tool_response>sum=4" in prompt:
+        return "The answer is 4."
+    return "Let me add.\n" + CALL
+
+
+def collect(
+    engine: Any, tokenizer: Any, agent: Any, items: list[PromptItem], **kw: Any
+) -> tuple[list, dict]:
+    """``collect_agentic_groups`` on ``items``: 2 samples each, up to 96 new tokens, reward 0,
+    a 20 s timeout; ``kw`` overrides any of these."""
+    options: dict[str, Any] = {
+        "sampling": SamplingParams(max_new_tokens=96),
+        "n_samples": 2,
+        "scorer": RewardScorer(lambda record: 0.0),
+        "timeout_s": 20.0,
+    }
+    options.update(kw)
+    return collect_agentic_groups(
+        items, agent_fn=agent, engine=engine, tokenizer=tokenizer, **options
+    )
 
 
 class ScriptedEngine:
@@ -78,12 +129,8 @@ class ScriptedEngine:
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # Tiny matmuls run faster on one thread than with threads fighting over two cores.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+def _one_thread(one_torch_thread: None) -> None:
+    """Every agentic test module runs torch on one thread."""
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import openai
 import pytest
 import torch
 
-from areno_core.agentic.collect import AgentError, collect_agentic_groups, resolve_agent_fn
+from areno_core.agentic.collect import AgentError, resolve_agent_fn
 from areno_core.agentic.types import (
     AgentBatch,
     AgentContext,
@@ -24,34 +25,30 @@ from areno_core.agentic.types import (
 from areno_core.errors import UserCodeError
 from areno_core.rewards import RewardScorer
 from areno_core.train.forward import token_logprobs_from_logits
-from areno_core.types import PromptItem, RewardRecord, SamplingParams
+from areno_core.types import RewardRecord, SamplingParams
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "parameters": {"type": "object", "properties": {"a": {}, "b": {}}},
-        },
-    }
-]
-CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 2}}</tool_call>'
-
-
-def _items(count: int = 2) -> list[PromptItem]:
-    return [
-        PromptItem(
-            index=10 + i,
-            row={"id": i, "tools": TOOLS},
-            messages=({"role": "user", "content": f"What is 2 + 2? ({i})"},),
-            answer="4",
-        )
-        for i in range(count)
-    ]
+from .conftest import CALL, collect, prompt_items, tool_reply
 
 
 def _client(ctx: AgentContext) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=ctx.get_base_url(), api_key=ctx.api_key, max_retries=0)
+
+
+Play = Callable[[openai.AsyncOpenAI, AgentContext, AgentItem], Awaitable[Any]]
+
+
+def _each_sample(play: Play, **run_each: Any) -> Callable[[AgentContext, AgentBatch], Any]:
+    """An agent that runs ``play(client, ctx, item)`` for every sample of its batch (through
+    ``ctx.run_each`` with ``run_each``'s options), all on one client that it closes after."""
+
+    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+        client = _client(ctx)
+        try:
+            return await ctx.run_each(batch, lambda item: play(client, ctx, item), **run_each)
+        finally:
+            await client.close()
+
+    return agent
 
 
 async def _two_turns(client: openai.AsyncOpenAI, ctx: AgentContext, item: AgentItem) -> Any:
@@ -73,36 +70,17 @@ async def _two_turns(client: openai.AsyncOpenAI, ctx: AgentContext, item: AgentI
     return AgentTrajectory(item=item, turns=turns, messages=messages, metadata={"tool": "add"})
 
 
-async def two_turn_agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-    client = _client(ctx)
-    try:
-        return await ctx.run_each(batch, lambda item: _two_turns(client, ctx, item))
-    finally:
-        await client.close()
-
-
-def _reply(prompt: str, call: int) -> str:
-    if "<tool_response>sum=4" in prompt:
-        return "The answer is 4."
-    return "Let me add.\n" + CALL
+two_turn_agent = _each_sample(_two_turns)
 
 
 def _collect(engine: Any, tokenizer: Any, agent: Any, **kw: Any) -> tuple[list, dict]:
-    options: dict[str, Any] = {
-        "sampling": SamplingParams(max_new_tokens=96),
-        "n_samples": 2,
-        "scorer": RewardScorer(lambda record: 0.0),
-        "timeout_s": 20.0,
-    }
-    options.update(kw)
-    items = options.pop("items", None) or _items()
-    return collect_agentic_groups(
-        items, agent_fn=agent, engine=engine, tokenizer=tokenizer, **options
+    return collect(
+        engine, tokenizer, agent, kw.pop("items", None) or prompt_items(tools=True), **kw
     )
 
 
 def test_collect_two_turn_tool_agent_builds_scored_groups(byte_tokenizer: Any, scripted) -> None:
-    engine = scripted(byte_tokenizer, _reply)
+    engine = scripted(byte_tokenizer, tool_reply)
     seen: list[RewardRecord] = []
 
     def reward(record: RewardRecord) -> float:
@@ -149,7 +127,7 @@ def test_collect_with_tiny_model_trains_tool_results_when_asked(tiny_policy: Any
         engine,
         tokenizer,
         two_turn_agent,
-        items=_items(1),
+        items=prompt_items(1, tools=True),
         sampling=sampling,
         train_tool_results=True,
         generator=generator,
@@ -188,12 +166,7 @@ def test_collect_counts_crashed_timed_out_and_empty_samples(byte_tokenizer: Any,
         reply = await client.chat.completions.create(model=ctx.model, messages=item.messages)
         return AgentTrajectoryTurn(item=item, messages=item.messages, response=reply)
 
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
-            return await ctx.run_each(batch, lambda item: sample(client, ctx, item), timeout_s=1.5)
-        finally:
-            await client.close()
+    agent = _each_sample(sample, timeout_s=1.5)
 
     groups, metrics = _collect(engine, byte_tokenizer, agent)
     assert [(g.item.index, [t.sample_index for t in g.trajectories]) for g in groups] == [(11, [1])]
@@ -212,12 +185,7 @@ def test_collect_agent_timeout_keeps_finished_samples(byte_tokenizer: Any, scrip
         reply = await client.chat.completions.create(model=ctx.model, messages=item.messages)
         return AgentTrajectoryTurn(item=item, messages=item.messages, response=reply)
 
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
-            return await ctx.run_each(batch, lambda item: sample(client, ctx, item))
-        finally:
-            await client.close()
+    agent = _each_sample(sample)
 
     groups, metrics = _collect(engine, byte_tokenizer, agent, timeout_s=2.0)
     assert [len(g.trajectories) for g in groups] == [2, 1]
@@ -275,7 +243,7 @@ def test_collect_async_generator_agent_reward_skips_reward_fn(
 
 
 def test_collect_drops_rows_over_max_context_len(byte_tokenizer: Any, scripted) -> None:
-    engine = scripted(byte_tokenizer, _reply)
+    engine = scripted(byte_tokenizer, tool_reply)
     groups, metrics = _collect(engine, byte_tokenizer, two_turn_agent, max_context_len=40)
     assert groups == []
     assert metrics["rollout/context_overflow"] == 4.0
@@ -353,12 +321,7 @@ def test_collect_forged_token_ids_drop_the_sample_and_count_it(
             response["choices"][0]["areno"]["token_ids"][0] = byte_tokenizer.encode("X")[0]
         return AgentTrajectoryTurn(item=item, messages=item.messages, response=response)
 
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
-            return await ctx.run_each(batch, lambda item: play(client, ctx, item))
-        finally:
-            await client.close()
+    agent = _each_sample(play)
 
     groups, metrics = _collect(engine, byte_tokenizer, agent)
     kept = sorted((g.item.index, t.sample_index) for g in groups for t in g.trajectories)
@@ -428,12 +391,7 @@ def test_collect_turn_given_as_response_id_of_a_stream_trains(
         response = chunks[-1] if item.sample_index == 0 else chunks[-1].id
         return AgentTrajectoryTurn(item=item, messages=item.messages, response=response)
 
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
-            return await ctx.run_each(batch, lambda item: play(client, ctx, item))
-        finally:
-            await client.close()
+    agent = _each_sample(play)
 
     groups, metrics = _collect(engine, byte_tokenizer, agent)
     assert metrics["rollout/samples"] == 4.0 and metrics["rollout/agent_mismatches"] == 0.0
@@ -455,12 +413,7 @@ def test_collect_one_sample_of_wrong_type_does_not_abort_the_step(
             return {"messages": item.messages, "response": reply}  # not a turn
         return AgentTrajectoryTurn(item=item, messages=item.messages, response=reply)
 
-    async def each(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
-            return await ctx.run_each(batch, lambda item: play(client, ctx, item))
-        finally:
-            await client.close()
+    each = _each_sample(play)
 
     async def loose(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
         client = _client(ctx)
@@ -492,12 +445,7 @@ def test_collect_blocking_agent_is_abandoned_at_its_deadline(byte_tokenizer: Any
         reply = await _ask(client, ctx, item.messages)
         return AgentTrajectoryTurn(item=item, messages=item.messages, response=reply)
 
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
-            return await ctx.run_each(batch, lambda item: play(client, ctx, item))
-        finally:
-            await client.close()
+    agent = _each_sample(play)
 
     started = time.monotonic()
     try:

@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from areno_core.agentic.collect import AgentError, collect_agentic_groups
+from areno_core.agentic.collect import AgentError
 from areno_core.agentic.types import (
     AgentBatch,
     AgentContext,
@@ -20,51 +20,13 @@ from areno_core.agentic.types import (
     AgentTrajectoryTurn,
 )
 from areno_core.rewards import RewardScorer
-from areno_core.types import PromptItem, RewardRecord, SamplingParams
+from areno_core.types import RewardRecord
 
-from .conftest import LOGPROB
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "parameters": {"type": "object", "properties": {"a": {}, "b": {}}},
-        },
-    }
-]
-CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 2}}</tool_call>'
-
-
-def _items(count: int = 2) -> list[PromptItem]:
-    return [
-        PromptItem(
-            index=10 + i,
-            row={"id": i},
-            messages=({"role": "user", "content": f"What is 2 + 2? ({i})"},),
-            answer="4",
-        )
-        for i in range(count)
-    ]
-
-
-def _reply(prompt: str, call: int) -> str:
-    if "<tool_response>sum=4" in prompt:
-        return "The answer is 4."
-    return "Let me add.\n" + CALL
+from .conftest import CALL, LOGPROB, TOOLS, collect, prompt_items, tool_reply
 
 
 def _collect(engine: Any, tokenizer: Any, agent: Any, **kw: Any) -> tuple[list, dict]:
-    options: dict[str, Any] = {
-        "sampling": SamplingParams(max_new_tokens=96),
-        "n_samples": 2,
-        "scorer": RewardScorer(lambda record: 0.0),
-        "timeout_s": 20.0,
-    }
-    options.update(kw)
-    return collect_agentic_groups(
-        _items(), agent_fn=agent, engine=engine, tokenizer=tokenizer, **options
-    )
+    return collect(engine, tokenizer, agent, prompt_items(tools=False), **kw)
 
 
 async def _episode(ctx: AgentContext, item: AgentItem) -> str:
@@ -95,7 +57,7 @@ def _served_rows(tokenizer: Any) -> tuple[list[int], list[int]]:
 
 
 def test_agent_returning_only_rewards_trains_the_served_tokens(byte_tokenizer, scripted) -> None:
-    engine = scripted(byte_tokenizer, _reply)
+    engine = scripted(byte_tokenizer, tool_reply)
 
     async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
         async def play(item: AgentItem) -> float:
@@ -130,7 +92,7 @@ def test_agent_returning_only_rewards_trains_the_served_tokens(byte_tokenizer, s
 def test_agent_returning_nothing_is_scored_on_the_final_conversation(
     byte_tokenizer, scripted
 ) -> None:
-    engine = scripted(byte_tokenizer, _reply)
+    engine = scripted(byte_tokenizer, tool_reply)
     seen: list[RewardRecord] = []
 
     def reward(record: RewardRecord) -> float:
@@ -150,7 +112,7 @@ def test_agent_returning_nothing_is_scored_on_the_final_conversation(
 
 
 def test_rewards_gathered_in_batch_order_are_matched_to_samples(byte_tokenizer, scripted) -> None:
-    engine = scripted(byte_tokenizer, _reply)
+    engine = scripted(byte_tokenizer, tool_reply)
 
     async def agent(ctx: AgentContext, batch: AgentBatch) -> list[float]:
         async def play(item: AgentItem) -> float:
@@ -167,7 +129,7 @@ def test_rewards_gathered_in_batch_order_are_matched_to_samples(byte_tokenizer, 
 def test_parallel_calls_make_one_row_per_conversation_with_a_shared_reward(
     byte_tokenizer, scripted
 ) -> None:
-    engine = scripted(byte_tokenizer, _reply)
+    engine = scripted(byte_tokenizer, tool_reply)
 
     async def agent(ctx: AgentContext, batch: AgentBatch) -> None:
         async def play(item: AgentItem) -> None:
@@ -266,7 +228,7 @@ def test_unknown_sample_url_is_404_and_requests_of_a_failed_agent_are_not_traine
 def test_isolated_sample_that_blocks_is_dropped_and_the_others_finish(
     byte_tokenizer, scripted
 ) -> None:
-    engine = scripted(byte_tokenizer, _reply)
+    engine = scripted(byte_tokenizer, tool_reply)
     release = threading.Event()
 
     async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:

@@ -104,18 +104,12 @@ def test_render_prompt_chat_row_without_template_warns_once(
     assert len(warnings) == 1
 
 
-def test_encode_sft_example_plain_text_masks_response_and_eos(
-    tok: PreTrainedTokenizerBase,
+# A response that already ends with the EOS token does not get a second one.
+@pytest.mark.parametrize("response", ["Yo", "Yo<|im_end|>"], ids=["plain", "ends-with-eos"])
+def test_encode_sft_example_plain_text_masks_response_and_one_eos(
+    tok: PreTrainedTokenizerBase, response: str
 ) -> None:
-    ids, mask = encode_sft_example(tok, "Hi", "Yo")
-    assert ids == [72, 105, 89, 111, IM_END]
-    assert mask == [0, 0, 1, 1, 1]
-
-
-def test_encode_sft_example_response_already_ending_with_eos_not_doubled(
-    tok: PreTrainedTokenizerBase,
-) -> None:
-    ids, mask = encode_sft_example(tok, "Hi", "Yo<|im_end|>")
+    ids, mask = encode_sft_example(tok, "Hi", response)
     assert ids == [72, 105, 89, 111, IM_END]
     assert mask == [0, 0, 1, 1, 1]
 

@@ -10,7 +10,6 @@ tests/test_e2e_families.py; tensor-parallel refusals are here, plans in tests/tr
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,15 +50,7 @@ SAMPLINGS = {
 }
 TOLERANCE = 2e-5
 
-pytestmark = pytest.mark.usefixtures("no_deprecated_transformers_api")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("no_deprecated_transformers_api", "one_torch_thread")
 
 
 @pytest.fixture(scope="module")

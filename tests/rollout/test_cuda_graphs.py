@@ -3,13 +3,11 @@ decode step they replay (run without capture on a CPU, captured on a GPU)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from areno_core.contracts.engine import EngineOptions
+from areno_core.engine_conformance import EOS, conformance_model, conformance_prompts
 from areno_core.rollout.cuda_graphs import (
     DEFAULT_BUCKETS,
     DecodeGraphs,
@@ -19,26 +17,9 @@ from areno_core.rollout.cuda_graphs import (
 from areno_core.rollout.native import NativeEngine, NativeEngineConfig
 from areno_core.types import SamplingParams
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 SMALL = (1, 2, 4, 8)
-EOS = 3
-VOCAB = 97
-PROMPT_LENGTHS = (3, 9, 1, 5, 2, 7, 12, 4)
-
-
-def _tiny_model(seed: int = 0) -> Qwen3ForCausalLM:
-    """The model of test_native.py: EOS is a likely greedy pick, so rows finish at
-    different steps."""
-    torch.manual_seed(seed)
-    config = Qwen3Config(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-        tie_word_embeddings=False, attn_implementation="sdpa",
-    )  # fmt: skip
-    model = Qwen3ForCausalLM(config)
-    with torch.no_grad():
-        model.lm_head.weight[EOS] *= 3.0
-    model.generation_config.eos_token_id = EOS
-    return model
 
 
 def _engine(model: torch.nn.Module, **options: object) -> NativeEngine:
@@ -50,23 +31,14 @@ def _engine(model: torch.nn.Module, **options: object) -> NativeEngine:
     )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.fixture(scope="module")
 def model():
-    return _tiny_model()
+    return conformance_model()
 
 
 @pytest.fixture(scope="module")
 def prompts() -> list[list[int]]:
-    gen = torch.Generator().manual_seed(1)
-    return [torch.randint(4, VOCAB, (n,), generator=gen).tolist() for n in PROMPT_LENGTHS]
+    return conformance_prompts()
 
 
 # -- buckets ------------------------------------------------------------------------------------
@@ -189,7 +161,7 @@ def test_static_decode_runs_only_where_rows_fit_a_size(model, prompts):
 
 
 def test_static_decode_recaptures_after_the_weights_move(model, prompts):
-    engine = _static_engine(_tiny_model(), max_running=4)
+    engine = _static_engine(conformance_model(), max_running=4)
     sampling = SamplingParams(max_new_tokens=6, greedy=True)
     engine.generate(prompts[:2], sampling)
     graphs = engine._graphs
@@ -228,7 +200,7 @@ def _cuda_engine(model, *, eager_decode: bool, max_running: int) -> NativeEngine
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_captured_decode_graphs_match_eager_decode_on_gpu(prompts, dtype):
-    model = _tiny_model().to("cuda", dtype)
+    model = conformance_model().to("cuda", dtype)
     sampling = SamplingParams(max_new_tokens=24, greedy=True, seed=3)
     eager = _cuda_engine(model, eager_decode=True, max_running=5)
     graphs = _cuda_engine(model, eager_decode=False, max_running=5)

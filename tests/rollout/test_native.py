@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import attrs
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3ForCausalLM
 
 from areno_core import log
+from areno_core.engine_conformance import EOS, VOCAB, conformance_model, conformance_prompts
 from areno_core.rollout import (
     EngineOptions,
     NativeEngine,
@@ -22,52 +22,17 @@ from areno_core.rollout import (
 from areno_core.rollout.native import NativeEngineConfig
 from areno_core.types import Completion, SamplingParams
 
-EOS = 3
-VOCAB = 97
-# Prompt lengths chosen so rows of very different lengths share a batch.
-PROMPT_LENGTHS = (3, 9, 1, 5, 2, 7, 12, 4)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # Tiny matmuls are far faster on one thread than with threads fighting over two cores.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-def _tiny_model(seed: int = 0) -> Qwen3ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=512,
-        tie_word_embeddings=False,
-        attn_implementation="sdpa",
-    )
-    model = Qwen3ForCausalLM(config)
-    with torch.no_grad():
-        model.lm_head.weight[EOS] *= 3.0  # makes EOS the greedy pick after some prompts
-    model.generation_config.eos_token_id = EOS
-    model.generation_config.pad_token_id = 0
-    return model
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def model() -> Qwen3ForCausalLM:
-    return _tiny_model()
+    return conformance_model()
 
 
 @pytest.fixture(scope="module")
 def prompts() -> list[list[int]]:
-    gen = torch.Generator().manual_seed(1)
-    return [torch.randint(4, VOCAB, (n,), generator=gen).tolist() for n in PROMPT_LENGTHS]
+    return conformance_prompts()
 
 
 def _engine(
@@ -294,7 +259,7 @@ def test_session_generate_outside_with_block_raises(model: Qwen3ForCausalLM) -> 
 def test_sync_weights_state_dict_changes_samples_to_new_policy(
     prompts: list[list[int]],
 ) -> None:
-    policy, other = _tiny_model(0), _tiny_model(1)
+    policy, other = conformance_model(0), conformance_model(1)
     sampling = SamplingParams(max_new_tokens=8, greedy=True)
     engine = _engine(policy)
     before = engine.generate(prompts, sampling)

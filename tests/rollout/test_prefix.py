@@ -4,8 +4,6 @@ layout against the copy-per-row layout."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -15,11 +13,10 @@ from transformers import (
     LlamaForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
-    Qwen3Config,
-    Qwen3ForCausalLM,
 )
 
 from areno_core.contracts.engine import EngineOptions
+from areno_core.engine_conformance import EOS, VOCAB, conformance_model
 from areno_core.rollout.generation import row_slots as _slots
 from areno_core.rollout.native import NativeEngine, NativeEngineConfig
 from areno_core.rollout.prefix import (
@@ -30,16 +27,7 @@ from areno_core.rollout.prefix import (
 )
 from areno_core.types import Completion, SamplingParams
 
-EOS = 3
-VOCAB = 97
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # -- the attention pieces ---------------------------------------------------------------------
@@ -156,29 +144,9 @@ def test_slots_number_each_entry_among_equal_values() -> None:
 # -- the engine: shared layout against copies per row -----------------------------------------
 
 
-def _tiny_model() -> Qwen3ForCausalLM:
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=512,
-        tie_word_embeddings=False,
-        attn_implementation="sdpa",
-    )
-    model = Qwen3ForCausalLM(config)
-    with torch.no_grad():
-        model.lm_head.weight[EOS] *= 3.0  # EOS often wins: rows finish at different lengths
-    return model.eval()
-
-
 @pytest.fixture(scope="module")
 def model():
-    return _tiny_model()
+    return conformance_model()
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +201,7 @@ def test_engine_shared_prompt_cache_samples_what_copies_per_row_sample(
 
 
 def test_engine_shared_prompt_cache_on_bfloat16_model_stays_close_to_copies(model, prompts):
-    bf16 = _tiny_model().to(torch.bfloat16)
+    bf16 = conformance_model().to(torch.bfloat16)
     sampling = SamplingParams(max_new_tokens=10, greedy=True)
     _, shared = _generate(bf16, prompts, sampling, shared=True, n=2, max_running=5)
     _, copied = _generate(bf16, prompts, sampling, shared=False, n=2, max_running=5)
@@ -241,39 +209,29 @@ def test_engine_shared_prompt_cache_on_bfloat16_model_stays_close_to_copies(mode
     _assert_same_samples(shared, copied, atol=1e-3)
 
 
-def _qwen2() -> Qwen2ForCausalLM:
-    torch.manual_seed(1)
-    config = Qwen2Config(
+def _other_family(model_cls: type, config_cls: type, seed: int, kv_heads: int) -> torch.nn.Module:
+    """A tiny random model of another family (no q/k norms, its own head layout)."""
+    torch.manual_seed(seed)
+    config = config_cls(
         vocab_size=VOCAB,
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
         num_attention_heads=4,
-        num_key_value_heads=1,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=256,
         attn_implementation="sdpa",
     )
-    return Qwen2ForCausalLM(config).eval()
+    return model_cls(config).eval()
 
 
-def _llama() -> LlamaForCausalLM:
-    torch.manual_seed(2)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=256,
-        attn_implementation="sdpa",
-    )
-    return LlamaForCausalLM(config).eval()
-
-
-@pytest.mark.parametrize("build", [_qwen2, _llama], ids=["qwen2", "llama"])
-def test_engine_shared_prompt_cache_other_families_match_copies(build, prompts) -> None:
-    other = build()
+@pytest.mark.parametrize(
+    "family",
+    [(Qwen2ForCausalLM, Qwen2Config, 1, 1), (LlamaForCausalLM, LlamaConfig, 2, 4)],
+    ids=["qwen2", "llama"],
+)
+def test_engine_shared_prompt_cache_other_families_match_copies(family, prompts) -> None:
+    other = _other_family(*family)
     sampling = SamplingParams(max_new_tokens=8, temperature=1.0, seed=4)
     _, shared = _generate(other, prompts, sampling, shared=True, n=4, max_running=6)
     _, copied = _generate(other, prompts, sampling, shared=False, n=4, max_running=6)

@@ -140,7 +140,14 @@ def test_scheduler_state_dict_round_trip_continues_schedule() -> None:
     torch.testing.assert_close(sched2.get_last_lr(), [0.65], rtol=0.0, atol=1e-12)
 
 
-def test_build_scheduler_unknown_style_raises_config_error() -> None:
+@pytest.mark.parametrize(
+    ("min_lr", "style", "error"),
+    [(0.0, "step", "cosine, linear, constant"), (2.0, "cosine", "--min-lr")],
+    ids=["unknown-style", "min-lr-above-lr"],
+)
+def test_build_scheduler_bad_settings_raise_config_error(
+    min_lr: float, style: str, error: str
+) -> None:
     opt = build_optimizer(
         [nn.Parameter(torch.zeros(2, 2))],
         lr=1.0,
@@ -148,20 +155,8 @@ def test_build_scheduler_unknown_style_raises_config_error() -> None:
         weight_decay=0.0,
         adam_8bit=False,
     )
-    with pytest.raises(ConfigError, match="cosine, linear, constant"):
-        build_scheduler(opt, lr=1.0, min_lr=0.0, decay_steps=4, style="step")
-
-
-def test_build_scheduler_min_lr_above_lr_raises_config_error() -> None:
-    opt = build_optimizer(
-        [nn.Parameter(torch.zeros(2, 2))],
-        lr=1.0,
-        betas=(0.9, 0.999),
-        weight_decay=0.0,
-        adam_8bit=False,
-    )
-    with pytest.raises(ConfigError, match="--min-lr"):
-        build_scheduler(opt, lr=1.0, min_lr=2.0, decay_steps=4, style="cosine")
+    with pytest.raises(ConfigError, match=error):
+        build_scheduler(opt, lr=1.0, min_lr=min_lr, decay_steps=4, style=style)
 
 
 def test_clip_grad_norm_large_grads_returns_preclip_norm_and_scales() -> None:

@@ -30,7 +30,7 @@ How the core combines stats across microbatches
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -296,6 +296,52 @@ def policy_stats(
     return stats
 
 
+TOKEN_CLIP_LOSS_AGG = "token-mean"
+
+
+class TokenClipConfig(Protocol):
+    """What :func:`token_clip_loss` reads from an algorithm's config."""
+
+    @property
+    def eps_low(self) -> float: ...
+    @property
+    def eps_high(self) -> float: ...
+    @property
+    def loss_agg(self) -> str | None: ...
+    @property
+    def behaviour_weight_cap(self) -> float | None: ...
+
+
+def token_clip_loss(
+    outputs: Mapping[str, Any], batch: Mapping[str, Any], config: TokenClipConfig
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The token-level clipped policy loss of GRPO and RLOO, with its stats.
+
+    Each loss token's :func:`clipped_surrogate` on the band ``[1 - eps_low, 1 + eps_high]``
+    (times its :func:`behaviour_weight` in a decoupled batch), aggregated with ``loss_agg``
+    (unset: ``token-mean``); stats are ``train/policy_loss``, ``train/clip_fraction``,
+    :func:`policy_stats` and, in a decoupled batch, :func:`behaviour_stats`.
+    """
+    eps_low, eps_high, weight_cap = config.eps_low, config.eps_high, config.behaviour_weight_cap
+    loss_agg = config.loss_agg or TOKEN_CLIP_LOSS_AGG
+    logprobs, old = outputs["logprobs"], batch["old_logprobs"]
+    mask, tokens = batch["loss_mask"], batch["group_loss_tokens"]
+    ratio = importance_ratio(logprobs, old)
+    per_token, clipped = clipped_surrogate(ratio, batch["advantages"], eps_low, eps_high)
+    weight = behaviour_weight(batch, old, weight_cap)
+    if weight is not None:
+        per_token = per_token * weight
+    loss = aggregate_loss(per_token, mask, loss_agg, tokens, batch["group_sequences"])
+    stats = {
+        "train/policy_loss": loss.detach(),
+        "train/clip_fraction": token_share(clipped.to(ratio.dtype), mask, tokens),
+        **policy_stats(ratio, logprobs, old, mask, tokens, outputs),
+    }
+    if weight is not None:
+        stats.update(behaviour_stats(weight, mask, tokens, weight_cap))
+    return loss, stats
+
+
 # --------------------------------------------------------------------------------------------
 # Groups (rows sampled from the same prompt share a group_index)
 # --------------------------------------------------------------------------------------------
@@ -356,6 +402,11 @@ def require(batch: Mapping[str, Any], keys: Sequence[str], algo: str) -> None:
 # --------------------------------------------------------------------------------------------
 # Options shared by several algorithms
 # --------------------------------------------------------------------------------------------
+
+
+def clip_eps_field() -> Any:
+    """The ``clip_eps`` option RLOO and PPO share: the symmetric clip on the token ratio."""
+    return option(0.2, "RLOO and PPO: clip on the token ratio.", validator=number(min=0.0))
 
 
 def loss_agg_field(default_mode: str) -> Any:

@@ -27,24 +27,19 @@ import torch
 
 from areno_algos.common import (
     ONLINE_ROW_SCHEMA,
-    aggregate_loss,
-    behaviour_stats,
-    behaviour_weight,
+    TOKEN_CLIP_LOSS_AGG,
     behaviour_weight_cap_field,
     broadcast_over_tokens,
-    clipped_surrogate,
     group_normalized_rewards,
-    importance_ratio,
     loss_agg_field,
-    policy_stats,
     require,
-    token_share,
+    token_clip_loss,
 )
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.options import option
 from areno_core.validators import boolean, number
 
-DEFAULT_LOSS_AGG = "token-mean"
+DEFAULT_LOSS_AGG = TOKEN_CLIP_LOSS_AGG
 
 
 @attrs.frozen
@@ -68,6 +63,10 @@ class GRPOConfig:
     behaviour_weight_cap: float | None = behaviour_weight_cap_field()
 
     @property
+    def eps_low(self) -> float:
+        return self.grpo_clip_eps
+
+    @property
     def eps_high(self) -> float:
         return self.grpo_clip_eps if self.grpo_clip_eps_high is None else self.grpo_clip_eps_high
 
@@ -83,30 +82,7 @@ def grpo_advantages(batch: dict[str, Any], config: GRPOConfig) -> dict[str, Any]
 def grpo_loss(
     outputs: Mapping[str, Any], batch: Mapping[str, Any], config: GRPOConfig
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    logprobs, old = outputs["logprobs"], batch["old_logprobs"]
-    mask, tokens = batch["loss_mask"], batch["group_loss_tokens"]
-    ratio = importance_ratio(logprobs, old)
-    per_token, clipped = clipped_surrogate(
-        ratio, batch["advantages"], config.grpo_clip_eps, config.eps_high
-    )
-    weight = behaviour_weight(batch, old, config.behaviour_weight_cap)
-    if weight is not None:
-        per_token = per_token * weight
-    loss = aggregate_loss(
-        per_token,
-        mask,
-        config.loss_agg or DEFAULT_LOSS_AGG,
-        tokens,
-        batch["group_sequences"],
-    )
-    stats = {
-        "train/policy_loss": loss.detach(),
-        "train/clip_fraction": token_share(clipped.to(ratio.dtype), mask, tokens),
-        **policy_stats(ratio, logprobs, old, mask, tokens, outputs),
-    }
-    if weight is not None:
-        stats.update(behaviour_stats(weight, mask, tokens, config.behaviour_weight_cap))
-    return loss, stats
+    return token_clip_loss(outputs, batch, config)
 
 
 SPEC = AlgorithmSpec(

@@ -60,6 +60,7 @@ from areno_algos.common import (
     behaviour_weight,
     behaviour_weight_cap_field,
     broadcast_over_tokens,
+    clip_eps_field,
     clipped_surrogate,
     dual_clip,
     importance_ratio,
@@ -81,9 +82,7 @@ DEFAULT_LOSS_AGG = "token-mean"
 
 @attrs.frozen
 class PPOConfig:
-    clip_eps: float = option(
-        0.2, "RLOO and PPO: clip on the token ratio.", validator=number(min=0.0)
-    )
+    clip_eps: float = clip_eps_field()
     clip_ratio_c: float = option(
         3.0,
         "PPO dual-clip bound c (> 1): a negative-advantage token's loss is at most c·|A|.",

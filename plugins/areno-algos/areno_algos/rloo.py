@@ -22,33 +22,33 @@ import torch
 
 from areno_algos.common import (
     ONLINE_ROW_SCHEMA,
-    aggregate_loss,
-    behaviour_stats,
-    behaviour_weight,
+    TOKEN_CLIP_LOSS_AGG,
     behaviour_weight_cap_field,
     broadcast_over_tokens,
-    clipped_surrogate,
-    importance_ratio,
+    clip_eps_field,
     leave_one_out_advantages,
     loss_agg_field,
-    policy_stats,
     require,
-    token_share,
+    token_clip_loss,
 )
 from areno_core.algorithm import AlgorithmSpec
-from areno_core.options import option
-from areno_core.validators import number
 
-DEFAULT_LOSS_AGG = "token-mean"
+DEFAULT_LOSS_AGG = TOKEN_CLIP_LOSS_AGG
 
 
 @attrs.frozen
 class RLOOConfig:
-    clip_eps: float = option(
-        0.2, "RLOO and PPO: clip on the token ratio.", validator=number(min=0.0)
-    )
+    clip_eps: float = clip_eps_field()
     loss_agg: str | None = loss_agg_field(DEFAULT_LOSS_AGG)
     behaviour_weight_cap: float | None = behaviour_weight_cap_field()
+
+    @property
+    def eps_low(self) -> float:
+        return self.clip_eps
+
+    @property
+    def eps_high(self) -> float:
+        return self.clip_eps
 
 
 def rloo_advantages(batch: dict[str, Any], config: RLOOConfig) -> dict[str, Any]:
@@ -60,26 +60,7 @@ def rloo_advantages(batch: dict[str, Any], config: RLOOConfig) -> dict[str, Any]
 def rloo_loss(
     outputs: Mapping[str, Any], batch: Mapping[str, Any], config: RLOOConfig
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    logprobs, old = outputs["logprobs"], batch["old_logprobs"]
-    mask, tokens = batch["loss_mask"], batch["group_loss_tokens"]
-    ratio = importance_ratio(logprobs, old)
-    per_token, clipped = clipped_surrogate(
-        ratio, batch["advantages"], config.clip_eps, config.clip_eps
-    )
-    weight = behaviour_weight(batch, old, config.behaviour_weight_cap)
-    if weight is not None:
-        per_token = per_token * weight
-    loss = aggregate_loss(
-        per_token, mask, config.loss_agg or DEFAULT_LOSS_AGG, tokens, batch["group_sequences"]
-    )
-    stats = {
-        "train/policy_loss": loss.detach(),
-        "train/clip_fraction": token_share(clipped.to(ratio.dtype), mask, tokens),
-        **policy_stats(ratio, logprobs, old, mask, tokens, outputs),
-    }
-    if weight is not None:
-        stats.update(behaviour_stats(weight, mask, tokens, config.behaviour_weight_cap))
-    return loss, stats
+    return token_clip_loss(outputs, batch, config)
 
 
 SPEC = AlgorithmSpec(

@@ -9,10 +9,11 @@ plays each sample of ``batch`` against the policy behind ``ctx.get_base_url()`` 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from areno_core.agentic.types import AgentBatch, AgentContext, AgentItem
+from areno_recipes_agentic.toolcalls import call_name
 
 
 def make_client(ctx: AgentContext) -> Any:
@@ -86,6 +87,28 @@ def tool_call_id(call: Mapping[str, Any], fallback: str) -> str:
     """The ``id`` of a tool call, or ``fallback`` when it has none."""
     value = call.get("id")
     return value if isinstance(value, str) and value else fallback
+
+
+def tool_results(
+    calls: Iterable[Mapping[str, Any]], tool: str, answer: str | None, unit: str
+) -> tuple[list[dict[str, Any]], bool]:
+    """One tool message per call of a reply (OpenAI requires an answer to every tool call):
+    the first call of ``tool`` gets ``answer`` (unless it is None), later calls of ``tool`` say
+    that only the first of a ``unit`` counts, calls of any other tool say there is none.
+    Returns the messages and whether ``answer`` was given."""
+    out: list[dict[str, Any]] = []
+    answered = False
+    for i, call in enumerate(calls):
+        name = call_name(call)
+        if name == tool and not answered and answer is not None:
+            content, answered = answer, True
+        elif name == tool:
+            content = f"Ignored: only the first `{tool}` call of a {unit} counts."
+        else:
+            content = f"Error: there is no tool {name!r}; the only tool is `{tool}`."
+        call_id = tool_call_id(call, f"call_{i}")
+        out.append({"role": "tool", "tool_call_id": call_id, "content": content})
+    return out, answered
 
 
 def _plain(value: Any) -> Any:

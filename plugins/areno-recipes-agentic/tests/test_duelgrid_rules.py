@@ -36,6 +36,11 @@ def _arena(**kwargs: Any) -> GameState:
     return state_from_map(ARENA, **kwargs)
 
 
+def _step_right_and_pick_up(state: GameState) -> tuple[GameState, list[Any]]:
+    """A moves one tile right and picks up what lies there."""
+    return apply_actions(state, "A", [{"type": "MOVE", "direction": "right"}, {"type": "PICKUP"}])
+
+
 def _kinds(events: list[Any]) -> list[str]:
     return [e.kind for e in events]
 
@@ -133,25 +138,19 @@ def test_ranged_attack_out_of_range_or_not_aligned_rejected() -> None:
 
 def test_pickup_health_heals_capped_and_removes_item() -> None:
     state = state_from_map(["AH.", "...", "..U"], agent={"hp": 5})
-    after, events = apply_actions(
-        state, "A", [{"type": "MOVE", "direction": "right"}, {"type": "PICKUP"}]
-    )
+    after, events = _step_right_and_pick_up(state)
     assert after.agent.hp == 8
     assert after.items == ()
     assert events[-1].kind == "pickup" and events[-1].amount == 3
     capped = state_from_map(["AH.", "...", "..U"], agent={"hp": 9})
-    after, events = apply_actions(
-        capped, "A", [{"type": "MOVE", "direction": "right"}, {"type": "PICKUP"}]
-    )
+    after, events = _step_right_and_pick_up(capped)
     assert after.agent.hp == 10
     assert events[-1].amount == 1
 
 
 def test_pickup_energy_restores_after_paying_cost() -> None:
     state = state_from_map(["AE.", "...", "..U"], agent={"energy": 3})
-    after, events = apply_actions(
-        state, "A", [{"type": "MOVE", "direction": "right"}, {"type": "PICKUP"}]
-    )
+    after, events = _step_right_and_pick_up(state)
     # 3 - 1 (move) - 1 (pickup) + 3 = 4
     assert after.agent.energy == 4
     assert events[-1].amount == 3

@@ -267,17 +267,17 @@ def main(argv: list[str] | None = None) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one "Loading weights" bar per checkpoint is noise here
+    # What to evaluate and how: the same for one checkpoint and for every step of a run.
+    options: dict[str, Any] = {
+        "loader": args.loader or None,
+        "reward": args.reward,
+        "limit": args.limit,
+        "max_new_tokens": args.max_new_tokens,
+        "device": args.device,
+        "engine": args.engine,
+    }
     if args.all_steps:
-        points = evaluate_run(
-            args.ckpt,
-            args.dataset,
-            loader=args.loader or None,
-            reward=args.reward,
-            limit=args.limit,
-            max_new_tokens=args.max_new_tokens,
-            device=args.device,
-            engine=args.engine,
-        )
+        points = evaluate_run(args.ckpt, args.dataset, **options)
         for step, accuracy in points:
             note = "  (the run's starting checkpoint)" if step == 0 else ""
             out.write(f"step {step:>5} accuracy {accuracy:.3f}{note}\n")
@@ -295,16 +295,7 @@ def main(argv: list[str] | None = None) -> None:
             path.write_text(json.dumps(curves, indent=1) + "\n")
             out.write(f"wrote {path}\n")
         return
-    result = evaluate(
-        args.ckpt,
-        args.dataset,
-        loader=args.loader or None,
-        reward=args.reward,
-        limit=args.limit,
-        max_new_tokens=args.max_new_tokens,
-        device=args.device,
-        engine=args.engine,
-    )
+    result = evaluate(args.ckpt, args.dataset, **options)
     if args.json:
         summary = {"accuracy": result.accuracy, "correct": result.correct, "total": result.total}
         out.write(json.dumps(summary) + "\n")

@@ -22,15 +22,6 @@ REPO = Path(__file__).resolve().parents[3]
 
 pytestmark = [pytest.mark.distributed, pytest.mark.usefixtures("installed_plugins_only")]
 
-RL_LOADER = """
-def load_row(row):
-    return {"prompt": row["question"][:40], "answer": row["answer"].split("####")[-1].strip()}
-"""
-REWARD = """
-def reward_fn(record):
-    text = record.completion
-    return sum(c.isdigit() for c in text) / max(len(text), 1)
-"""
 SFT_LOADER = """
 import os
 
@@ -42,15 +33,14 @@ def load_row(row):
 
 
 @pytest.fixture
-def files(tmp_path) -> dict[str, Path]:
+def files(tmp_path, write_rl_files) -> dict[str, Path]:
     rows = tmp_path / "rows.jsonl"
     with (REPO / "data" / "gsm8k" / "train.jsonl").open() as f:
         rows.write_text("".join(next(f) for _ in range(48)))
-    out = {"rows": rows}
-    for name, text in (("rl", RL_LOADER), ("reward", REWARD), ("sft", SFT_LOADER)):
-        out[name] = tmp_path / f"{name}.py"
-        out[name].write_text(text)
-    return out
+    rl, reward = write_rl_files(tmp_path, 40)
+    sft = tmp_path / "sft.py"
+    sft.write_text(SFT_LOADER)
+    return {"rows": rows, "rl": rl, "reward": reward, "sft": sft}
 
 
 def grpo_args(files: dict[str, Path], run: Path, *extra: str) -> list[str]:

@@ -20,21 +20,11 @@ REPO = Path(__file__).resolve().parents[3]
 
 pytestmark = [pytest.mark.distributed, pytest.mark.usefixtures("installed_plugins_only")]
 
-RL_LOADER = """
-def load_row(row):
-    return {"prompt": row["question"][:24], "answer": row["answer"].split("####")[-1].strip()}
-"""
-REWARD = """
-def reward_fn(record):
-    text = record.completion
-    return sum(c.isdigit() for c in text) / max(len(text), 1)
-"""
-
 
 def grpo_args(ckpt: Path, folder: Path, run: Path) -> list[str]:
     return [
         "train", "--algo", "grpo", "--ckpt", str(ckpt), "--dataset-path",
-        str(folder / "rows.jsonl"), "--dataset-loader-fn", str(folder / "rl.py"),
+        str(folder / "rows.jsonl"), "--dataset-loader-fn", str(folder / "rl_loader.py"),
         "--reward-fn-path", str(folder / "reward.py"), "--batch-size", "2", "--n-samples", "3",
         "--mini-bs", "3", "--max-new-tokens", "12", "--lr", "5e-4", "--max-steps", "2",
         "--seed", "1", "--save-path", str(run),
@@ -55,11 +45,12 @@ def losses(run: Path) -> list[float]:
         pytest.param("gemma2", marks=pytest.mark.slow),
     ],
 )
-def test_family_tensor_parallel_grpo_trains_like_one_process(tmp_path, name) -> None:
+def test_family_tensor_parallel_grpo_trains_like_one_process(
+    tmp_path, name, write_rl_files
+) -> None:
     with (REPO / "data" / "gsm8k" / "train.jsonl").open() as f:
         (tmp_path / "rows.jsonl").write_text("".join(next(f) for _ in range(8)))
-    (tmp_path / "rl.py").write_text(RL_LOADER)
-    (tmp_path / "reward.py").write_text(REWARD)
+    write_rl_files(tmp_path, 24)
     ckpt = family(name).save(tmp_path / "ckpt")
     run_areno(*grpo_args(ckpt, tmp_path, tmp_path / "one"))
     proc = subprocess.run(

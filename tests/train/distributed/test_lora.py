@@ -23,15 +23,6 @@ REPO = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.distributed, pytest.mark.usefixtures("installed_plugins_only")]
 
 # The tiny model and data of tests/test_e2e_lora.py.
-RL_LOADER = """
-def load_row(row):
-    return {"prompt": row["question"][:40], "answer": row["answer"].split("####")[-1].strip()}
-"""
-REWARD = """
-def reward_fn(record):
-    text = record.completion
-    return sum(c.isdigit() for c in text) / max(len(text), 1)
-"""
 ADAPTER_TENSORS = 28  # 2 layers x 7 projections x (lora_A, lora_B)
 # Two processes sum their halves of each gradient in another order than one process does;
 # losses and gradient norms agree to float32 rounding. Adam divides each update by the
@@ -45,8 +36,9 @@ WEIGHT_ATOL = 1e-4
 def grpo_args(data: Path, run: Path, *extra: str) -> list[str]:
     return [
         "train", "--algo", "grpo", "--ckpt", "random:qwen3-tiny",
-        "--dataset-path", str(data / "rows.jsonl"), "--dataset-loader-fn", str(data / "rl.py"),
-        "--reward-fn-path", str(data / "reward.py"), "--no-activation-checkpointing",
+        "--dataset-path", str(data / "rows.jsonl"),
+        "--dataset-loader-fn", str(data / "rl_loader.py"), "--reward-fn-path",
+        str(data / "reward.py"), "--no-activation-checkpointing",
         "--lora-rank", "4", "--lr", "1e-2", "--mini-bs", "4", "--seed", "3",
         "--batch-size", "2", "--n-samples", "4", "--max-new-tokens", "8",
         "--gradient-accumulation-steps", "1", "--save-merged", "--save-path", str(run), *extra,
@@ -65,14 +57,13 @@ def two_processes(args: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
+def runs(tmp_path_factory, write_rl_files) -> dict[str, Path]:
     """``two``: 2 steps on 2 processes; ``one``: 3 steps in one process (checkpoints at steps
     2 and 3), prompts not shared between samples, as on the distributed backend."""
     root = tmp_path_factory.mktemp("lora-dist")
     with (REPO / "data" / "gsm8k" / "train.jsonl").open() as f:
         (root / "rows.jsonl").write_text("".join(next(f) for _ in range(32)))
-    (root / "rl.py").write_text(RL_LOADER)
-    (root / "reward.py").write_text(REWARD)
+    write_rl_files(root, 40)
     two, one = root / "two", root / "one"
     two_processes(grpo_args(root, two, "--max-steps", "2"))
     run_areno(

@@ -37,7 +37,7 @@ from areno_core.agentic.types import (
     AgentTrajectory,
     AgentTrajectoryTurn,
 )
-from areno_recipes_agentic.agents import assistant_message, run_samples, tool_call_id
+from areno_recipes_agentic.agents import assistant_message, run_samples, tool_results
 from areno_recipes_agentic.duelgrid.episode import (
     DEFAULT_TURNS,
     MAX_TURNS,
@@ -52,7 +52,7 @@ from areno_recipes_agentic.duelgrid.episode import (
 from areno_recipes_agentic.duelgrid.loader import read_state, turn_instruction
 from areno_recipes_agentic.duelgrid.rules import state_to_dict
 from areno_recipes_agentic.duelgrid.tools import TOOL_NAME, choose_action_tool
-from areno_recipes_agentic.toolcalls import call_name, message_turn
+from areno_recipes_agentic.toolcalls import message_turn
 
 
 async def run_agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
@@ -113,19 +113,10 @@ def round_messages(
     Then one user message with the outcome (when no call carried it), U's reply and the new
     state, and, unless ``last``, the request for the next turn.
     """
-    out: list[dict[str, Any]] = []
     outcome = agent_outcome(choice, played)
-    told = False
-    for i, call in enumerate(reply.get("tool_calls") or ()):
-        name = call_name(call)
-        if name == TOOL_NAME and not told and mode == "tool":
-            content, told = outcome, True
-        elif name == TOOL_NAME:
-            content = f"Ignored: only the first `{TOOL_NAME}` call of a turn counts."
-        else:
-            content = f"Error: there is no tool {name!r}; the only tool is `{TOOL_NAME}`."
-        call_id = tool_call_id(call, f"call_{i}")
-        out.append({"role": "tool", "tool_call_id": call_id, "content": content})
+    out, told = tool_results(
+        reply.get("tool_calls") or (), TOOL_NAME, outcome if mode == "tool" else None, "turn"
+    )
     parts = [] if told else [outcome]
     parts.append(opponent_report(played))
     if played.over:

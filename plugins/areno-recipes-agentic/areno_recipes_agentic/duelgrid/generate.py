@@ -17,14 +17,12 @@ their hit points and energy, and whether a shield is already up.
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 from collections import deque
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+from areno_recipes_agentic.datagen import generator_parser, write_jsonl
 from areno_recipes_agentic.duelgrid.loader import MAX_ROW_TURNS
 from areno_recipes_agentic.duelgrid.rules import (
     AGENT,
@@ -145,22 +143,11 @@ def _connected(open_cells: list[Pos]) -> bool:
     return not todo
 
 
-def write_jsonl(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row) + "\n")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m areno_recipes_agentic.duelgrid.generate",
-        description="Write random DuelGrid starting states as JSONL.",
+    parser = generator_parser(
+        "python -m areno_recipes_agentic.duelgrid.generate",
+        "Write random DuelGrid starting states as JSONL.",
     )
-    parser.add_argument("--output", required=True, help="JSONL file to write")
-    parser.add_argument("--count", type=int, default=256, help="number of rows (default 256)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--size", type=int, default=7, help="map side length (default 7)")
     parser.add_argument(
         "--mode",

@@ -34,7 +34,7 @@ from areno_core.agentic.types import (
     AgentTrajectory,
     AgentTrajectoryTurn,
 )
-from areno_recipes_agentic.agents import assistant_message, run_samples, tool_call_id
+from areno_recipes_agentic.agents import assistant_message, run_samples, tool_results
 from areno_recipes_agentic.tictactoe.game import legal_moves
 from areno_recipes_agentic.tictactoe.reward import move_from_turn
 from areno_recipes_agentic.tictactoe.tools import TOOL_NAME, choose_square_tool
@@ -123,18 +123,7 @@ def feedback_messages(reply: Mapping[str, Any], problem: str, mode: str) -> list
     calls = list(reply.get("tool_calls") or ())
     if mode != "tool" or not calls:
         return [{"role": "user", "content": f"{problem} Try again."}]
-    out: list[dict[str, Any]] = []
-    answered = False
-    for i, call in enumerate(calls):
-        name = call_name(call)
-        if name == TOOL_NAME and not answered:
-            content, answered = f"Error: {problem} Try again.", True
-        elif name == TOOL_NAME:
-            content = f"Ignored: only the first `{TOOL_NAME}` call of a reply counts."
-        else:
-            content = f"Error: there is no tool {name!r}; the only tool is `{TOOL_NAME}`."
-        call_id = tool_call_id(call, f"call_{i}")
-        out.append({"role": "tool", "tool_call_id": call_id, "content": content})
+    out, answered = tool_results(calls, TOOL_NAME, f"Error: {problem} Try again.", "reply")
     if not answered:
         out.append({"role": "user", "content": f"{problem} Try again."})
     return out

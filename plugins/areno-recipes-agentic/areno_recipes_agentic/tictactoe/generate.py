@@ -15,7 +15,6 @@ an evaluation never has to search again::
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import random
@@ -23,6 +22,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from areno_recipes_agentic.datagen import generator_parser, write_jsonl
 from areno_recipes_agentic.tictactoe.game import (
     is_terminal,
     legal_moves,
@@ -120,22 +120,11 @@ def read_boards(path: str | Path) -> set[str]:
     return boards
 
 
-def write_jsonl(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row) + "\n")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m areno_recipes_agentic.tictactoe.generate",
-        description="Write tic-tac-toe positions (with their perfect-play answers) as JSONL.",
+    parser = generator_parser(
+        "python -m areno_recipes_agentic.tictactoe.generate",
+        "Write tic-tac-toe positions (with their perfect-play answers) as JSONL.",
     )
-    parser.add_argument("--output", required=True, help="JSONL file to write")
-    parser.add_argument("--count", type=int, default=256, help="number of rows (default 256)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(
         "--mode",
         choices=MODES,
