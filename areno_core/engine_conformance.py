@@ -63,6 +63,7 @@ from areno_core.contracts.engine import (
     drops_weights,
     holds_weights,
 )
+from areno_core.rollout.kit import GENERATION_STAT_KEYS
 from areno_core.rollout.native import NativeEngine
 from areno_core.runner.rollout import RolloutRunner
 from areno_core.types import Completion, SamplingParams
@@ -73,15 +74,8 @@ VOCAB = 97
 PROMPT_LENGTHS = (3, 9, 1, 5, 2, 7, 12, 4)
 """Prompt lengths of :func:`conformance_prompts`: rows of very different lengths share a
 batch."""
-STAT_KEYS = (
-    "prompts",
-    "skipped_prompts",
-    "completions",
-    "prompt_tokens",
-    "generated_tokens",
-    "generate_time_s",
-    "weight_syncs",
-)
+STAT_KEYS = tuple(k for k in GENERATION_STAT_KEYS if k != "tokens_per_s")
+"""The statistics every engine keeps (:mod:`areno_core.rollout.kit`)."""
 """Counters every engine keeps in ``stats``."""
 
 EngineFactory = Callable[[torch.nn.Module, list[int], EngineOptions], RolloutEngine]

@@ -21,7 +21,7 @@ from rich.console import Console
 from areno_core.accel.attention import FLASH, choose_attention
 from areno_core.accel.memory import MemoryMeter, PhaseMemory
 from areno_core.config import RunConfig, dump_yaml
-from areno_core.contracts.backend import TrainingBackend
+from areno_core.contracts.backend import SETUP_KEYWORDS, TrainingBackend
 from areno_core.contracts.sink import RunInfo
 from areno_core.data.stream import DataStream
 from areno_core.errors import NotAvailableError
@@ -302,15 +302,4 @@ def _tune(
 
 
 def _setup_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    keys = (
-        "learning_rate",
-        "min_lr",
-        "lr_decay_steps",
-        "lr_decay_style",
-        "adam_betas",
-        "weight_decay",
-        "adam_8bit",
-        "activation_checkpointing",
-        "critic_lr",
-    )
-    return {k: kwargs[k] for k in keys if k in kwargs}
+    return {k: kwargs[k] for k in SETUP_KEYWORDS if k in kwargs}

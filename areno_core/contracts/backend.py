@@ -35,6 +35,21 @@ if TYPE_CHECKING:
     from areno_core.rollout.placement import RolloutPlacement
 
 
+SETUP_KEYWORDS: tuple[str, ...] = (
+    "learning_rate",
+    "min_lr",
+    "lr_decay_steps",
+    "lr_decay_style",
+    "adam_betas",
+    "weight_decay",
+    "adam_8bit",
+    "activation_checkpointing",
+    "critic_lr",
+)
+"""The keyword arguments of :meth:`TrainingBackend.setup` (optimizers and schedulers); the run
+passes those of its ``train`` keyword arguments."""
+
+
 @runtime_checkable
 class TrainingBackend(Protocol):
     """The whole contract between a run and its training backend."""
@@ -47,9 +62,8 @@ class TrainingBackend(Protocol):
 
     def setup(self, model: TrainableModel, spec: AlgorithmSpec, **optimizer: Any) -> None:
         """Prepare ``model`` for ``spec`` before the first step: roles, optimizers and
-        schedulers (``learning_rate``, ``min_lr``, ``lr_decay_steps``, ``lr_decay_style``,
-        ``adam_betas``, ``weight_decay``, ``adam_8bit``, ``activation_checkpointing``,
-        ``critic_lr``). Called again with the same settings it does nothing."""
+        schedulers (the keywords of :data:`SETUP_KEYWORDS`). Called again with the same
+        settings it does nothing."""
 
     def train(
         self,

@@ -30,7 +30,7 @@ from torch import nn
 
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.config import default_of
-from areno_core.contracts.backend import BackendSpec
+from areno_core.contracts.backend import SETUP_KEYWORDS, BackendSpec
 from areno_core.log import get_logger
 from areno_core.models.loading import enable_activation_checkpointing, is_activation_checkpointing
 from areno_core.options import option
@@ -54,19 +54,6 @@ if TYPE_CHECKING:
     from areno_core.registry import Registry
 
 logger = get_logger(__name__)
-
-# Keyword arguments of ``train`` that set up optimizers (see ``LocalBackend.setup``).
-SETUP_KEYS = (
-    "learning_rate",
-    "min_lr",
-    "lr_decay_steps",
-    "lr_decay_style",
-    "adam_betas",
-    "weight_decay",
-    "adam_8bit",
-    "activation_checkpointing",
-    "critic_lr",
-)
 
 
 @attrs.frozen
@@ -218,7 +205,7 @@ class DistributedBackend:
         """One trainer step on the global batch ``data`` (the same on every process); the
         keyword arguments of :meth:`LocalBackend.train`."""
         spec = self.algorithm(algorithm)
-        self.setup(model, spec, **{k: options[k] for k in SETUP_KEYS if k in options})
+        self.setup(model, spec, **{k: options[k] for k in SETUP_KEYWORDS if k in options})
         self._use_reference(model, spec, _algorithm_config(spec, options))
         return self._local.train(model, data, algorithm=spec, **options)
 
