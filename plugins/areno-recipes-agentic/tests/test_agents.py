@@ -11,7 +11,7 @@ import pytest
 from areno_recipes_agentic.duelgrid.agent import run_agent as duelgrid_agent
 from areno_recipes_agentic.duelgrid.episode import play_round, replay
 from areno_recipes_agentic.duelgrid.loader import duelgrid_loader
-from areno_recipes_agentic.duelgrid.reward import duelgrid_reward_fn, score_turn
+from areno_recipes_agentic.duelgrid.reward import duelgrid_reward_fn
 from areno_recipes_agentic.duelgrid.rules import (
     GameState,
     state_from_dict,
@@ -19,6 +19,7 @@ from areno_recipes_agentic.duelgrid.rules import (
     state_to_dict,
     state_to_text,
 )
+from areno_recipes_agentic.duelgrid.turn import score_turn
 from areno_recipes_agentic.tictactoe.agent import run_agent as tictactoe_agent
 from areno_recipes_agentic.tictactoe.agent import run_agent_with_retry
 from areno_recipes_agentic.tictactoe.loader import tictactoe_loader

@@ -9,17 +9,14 @@ import pytest
 from areno_recipes_agentic.duelgrid.generate import generate_states
 from areno_recipes_agentic.duelgrid.loader import duelgrid_loader
 from areno_recipes_agentic.duelgrid.policy import greedy_policy
-from areno_recipes_agentic.duelgrid.reward import (
-    actions_from_text,
-    duelgrid_reward_fn,
-    score_turn,
-)
+from areno_recipes_agentic.duelgrid.reward import duelgrid_reward_fn
 from areno_recipes_agentic.duelgrid.rules import (
     GameState,
     state_from_dict,
     state_from_map,
     state_to_dict,
 )
+from areno_recipes_agentic.duelgrid.turn import actions_from_text, score_turn
 
 from areno_core.types import RewardRecord
 

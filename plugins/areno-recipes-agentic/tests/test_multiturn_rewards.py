@@ -13,8 +13,9 @@ from areno_recipes_agentic.duelgrid.episode import (
     round_entries,
     score_episode,
 )
-from areno_recipes_agentic.duelgrid.reward import duelgrid_reward_fn, score_turn
+from areno_recipes_agentic.duelgrid.reward import duelgrid_reward_fn
 from areno_recipes_agentic.duelgrid.rules import Rules, state_from_map, state_to_dict
+from areno_recipes_agentic.duelgrid.turn import score_turn
 from areno_recipes_agentic.tictactoe.reward import tictactoe_reward_fn
 from areno_recipes_agentic.toolcalls import AssistantTurn, assistant_turns, message_turn
 

@@ -18,12 +18,6 @@ from typing import Any, Literal
 import attrs
 
 from areno_recipes_agentic.duelgrid.policy import greedy_policy
-from areno_recipes_agentic.duelgrid.reward import (
-    TEXT_FALLBACK_FACTOR,
-    actions_from_arguments,
-    actions_from_text,
-    score_turn,
-)
 from areno_recipes_agentic.duelgrid.rules import (
     AGENT,
     USER,
@@ -34,6 +28,12 @@ from areno_recipes_agentic.duelgrid.rules import (
     state_to_text,
 )
 from areno_recipes_agentic.duelgrid.tools import TOOL_NAME
+from areno_recipes_agentic.duelgrid.turn import (
+    TEXT_FALLBACK_FACTOR,
+    actions_from_arguments,
+    actions_from_text,
+    score_turn,
+)
 from areno_recipes_agentic.toolcalls import AssistantTurn, first_named_call
 
 # How many rounds an episode plays when the row does not say (``row["turns"]``), and at most.
