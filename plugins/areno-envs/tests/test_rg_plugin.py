@@ -76,3 +76,22 @@ def test_bad_task_option_fails_before_the_model_loads(tmp_path, capsys) -> None:
         err.split()
     )
     assert not save.exists()
+
+
+def test_cpu_recipes_resolve_to_shipped_files_and_the_warm_start_matches_its_provenance() -> None:
+    import json
+
+    from areno_envs.rg.recipes import CHAIN_SUM, CHAIN_SUM_SFT, CHAIN_SUM_SMOKE, CHAIN_WARMSTART
+
+    from areno_core.models.warmstart import PROVENANCE_FILE, sha256
+
+    options = CHAIN_SUM.options_for("gspo")
+    assert Path(options["dataset_path"]).is_file() and Path(options["eval_dataset_path"]).is_file()
+    assert options["dataset_loader_fn"] == "rg/chain_sum" and options["reward_fn_path"] == "rg"
+    ckpt = Path(resolve_resource(CHAIN_WARMSTART))
+    provenance = json.loads((ckpt / PROVENANCE_FILE).read_text())
+    assert provenance["model_sha256"] == sha256(ckpt / "model.safetensors")
+    assert provenance["command"].startswith("areno train --recipe rg-cpu/chain_sum-sft")
+    assert CHAIN_SUM_SFT.options_for("sft", rollout=False)["ckpt"].startswith("random:qwen3")
+    assert CHAIN_SUM_SMOKE.internal and CHAIN_SUM_SMOKE.gates
+    assert CHAIN_SUM.hardware.device == "cpu" and CHAIN_SUM.gates

@@ -34,3 +34,21 @@ def test_missing_reasoning_gym_says_how_to_install(monkeypatch) -> None:
     monkeypatch.setattr(tasks, "installed_version", lambda: None)
     with pytest.raises(ConfigError, match=r"pip install 'areno-envs\[reasoning-gym\]'"):
         tasks.check_task("chain_sum")
+
+
+def test_without_reasoning_gym_the_recipes_stay_and_a_run_says_how_to_install(
+    monkeypatch,
+) -> None:
+    from areno_envs.rg.loader import task_loader
+
+    from areno_core.data import apply_loader
+    from areno_core.errors import DatasetError
+
+    monkeypatch.setattr(tasks, "installed_version", lambda: None)
+    tasks.task_names.cache_clear()
+    try:
+        assert tasks.task_names() == tasks.TESTED_TASKS
+        with pytest.raises(DatasetError, match=r"reasoning-gym is not installed.*pip install"):
+            apply_loader([{"size": 2}], task_loader("chain_sum"))
+    finally:
+        tasks.task_names.cache_clear()

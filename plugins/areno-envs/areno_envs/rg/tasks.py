@@ -145,11 +145,11 @@ def installed_version() -> str | None:
 
 @functools.cache
 def task_names() -> tuple[str, ...]:
-    """Every task of the installed reasoning-gym (empty when it is not installed)."""
+    """Every task of the installed reasoning-gym; the tested version's tasks when it is not
+    installed (their recipes are listed, and a run says how to install it before any model
+    loads)."""
     version = installed_version()
-    if version is None:
-        return ()
-    if version == TESTED_VERSION:
+    if version is None or version == TESTED_VERSION:
         return TESTED_TASKS
     return tuple(sorted(datasets()))
 
