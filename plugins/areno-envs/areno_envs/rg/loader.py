@@ -9,6 +9,7 @@ for making a warm start.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ def rg_loader(row: dict[str, Any]) -> list[dict[str, Any]]:
     return build_rows(parse_spec(row))
 
 
+@functools.cache
 def task_loader(task: str) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
     """The loader ``rg/<task>``: like ``rg`` with the task fixed."""
 
