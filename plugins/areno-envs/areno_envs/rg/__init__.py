@@ -1,0 +1,1 @@
+"""reasoning-gym tasks as areno loaders, a reward and ``rg/<task>`` recipes."""

@@ -1,0 +1,300 @@
+"""Recipes for reasoning-gym: ``rg/<task>`` for every installed task, and ``rg-cpu/chain_sum``.
+
+    areno train --algo grpo --recipe rg/countdown --save-path runs/countdown   # one GPU
+    areno train --algo gspo --recipe rg-cpu/chain_sum --save-path runs/chain   # this CPU
+
+``rg/<task>`` generates 2,000 training problems (seed 0) and 200 held-out ones from the same
+seeded dataset, sharing no question with the training ones, and scores completions with the
+task's own ``score_answer``. It asks Qwen3-0.6B for reasoning-gym's ``<answer>`` format.
+``rg-cpu/chain_sum`` is the CPU recipe that learns in minutes from a warm start shipped in
+this package (made by ``rg-cpu/chain_sum-sft``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from areno_core.recipe import Gate, HardwareFloor, Recipe
+
+RESOURCE = "resource:areno_envs"
+RG_TRAIN = f"{RESOURCE}/data/rg_train.jsonl"
+RG_EVAL = f"{RESOURCE}/data/rg_eval.jsonl"
+CHAIN_TRAIN = f"{RESOURCE}/data/chain_sum_train.jsonl"
+CHAIN_EVAL = f"{RESOURCE}/data/chain_sum_eval.jsonl"
+CHAIN_WARMSTART = f"{RESOURCE}/checkpoints/chain-sum-sft"
+# The architecture of the warm start (math/arith's): 0.82M parameters, byte tokenizer.
+CHAIN_MODEL = (
+    "random:qwen3?hidden_size=128&num_hidden_layers=4&num_attention_heads=4"
+    "&num_key_value_heads=2&intermediate_size=384"
+)
+# rloo also works with these rows and reward (pass the options yourself); each algorithm a
+# recipe lists costs a configuration check per recipe every time a registry is built.
+RG_ALGORITHMS = ("grpo", "gspo")
+
+# Qwen3-0.6B on one GPU, as math/gsm8k (same memory arithmetic: about 16 GiB at peak).
+_RG_DEFAULTS: dict[str, Any] = {
+    "batch_size": 16,
+    "n_samples": 8,
+    "max_running_prompts": 64,
+    "mini_bs": 4,
+    "gradient_accumulation_steps": 8,
+    "max_prompt_tokens": 1024,
+    "max_new_tokens": 1024,
+    "temperature": 1.0,
+    "disable_thinking": True,
+    "drop_rollout_state": True,
+    "lr": 1.0e-6,
+    "min_lr": 1.0e-7,
+    "lr_decay_steps": 500,
+    "epochs": 4,
+    "save_interval": 50,
+    "eval_dataset_path": RG_EVAL,
+    "eval_interval": 50,
+}
+
+
+# Built once per process: a Recipe checks its options when made (about 3 ms each, 106 tasks),
+# and tests rebuild the registry many times.
+@functools.cache
+def task_recipe(task: str) -> Recipe:
+    """The ``rg/<task>`` recipe."""
+    return Recipe(
+        name=f"rg/{task}",
+        summary=f"reasoning-gym '{task}': generated problems scored by the task's own scorer.",
+        algorithms=RG_ALGORITHMS,
+        dataset=RG_TRAIN,
+        checkpoint="Qwen/Qwen3-0.6B",
+        loader=f"rg/{task}",
+        reward="rg",
+        defaults=_RG_DEFAULTS,
+        hardware=HardwareFloor(
+            device="cuda",
+            min_gpus=1,
+            min_gpu_memory_gb=24,
+            note="estimated as math/gsm8k (same model and batch shape); not measured per task",
+        ),
+        expected_metrics={
+            "rollout/reward_mean": "not measured by this pack; depends on the task's difficulty",
+            "rollout/reward_errors": "0: the scorer gets None for a completion without tags",
+        },
+        gates=(
+            Gate("metric_exists", "rollout/reward_mean", description="rewards were computed"),
+            Gate("finite", "train/loss", description="no NaN or inf in the loss"),
+            Gate(
+                "at_most",
+                "rollout/reward_errors",
+                threshold=0.0,
+                after_step=1,
+                description="the scorer never fails",
+            ),
+        ),
+        description=(
+            f"Problems of reasoning-gym's '{task}' task with its default options: 2,000 for "
+            "training (seed 0, indices 0-1999) and up to 200 held-out (indices 2000-2199, "
+            "questions also in the training set dropped). The prompt is reasoning-gym's "
+            "default system prompt and the question; the reward is the task's score_answer "
+            "of the last <answer>...</answer>. To change the task's options, the seed or the "
+            "sizes, pass a spec file with --dataset-path (see docs/recipes/environments.md)."
+        ),
+    )
+
+
+_CHAIN_COMMON: dict[str, Any] = {
+    "activation_checkpointing": False,
+    "max_prompt_tokens": 80,
+    "attn_backend": "native",
+    "epochs": 100,
+    "seed": 0,
+}
+
+_CHAIN_RL: dict[str, Any] = {
+    "batch_size": 32,
+    "n_samples": 8,
+    "mini_bs": 64,
+    "gradient_accumulation_steps": 1,
+    "max_new_tokens": 6,  # at most 3 characters and a sign, then EOS
+    "temperature": 1.0,
+    "lr": 1.0e-4,
+    "min_lr": 1.0e-5,
+    "lr_decay_steps": 1000,
+    "max_steps": 300,
+    "save_interval": 100,
+    # Greedy accuracy on the 450 held-out problems (two-digit ones: the one-digit problems all
+    # occur in training) at steps 0, 50, ..., 300; about 2 s each.
+    "eval_dataset_path": CHAIN_EVAL,
+    "eval_interval": 50,
+}
+
+CHAIN_SUM_SFT = Recipe(
+    name="rg-cpu/chain_sum-sft",
+    summary="The SFT run that made rg-cpu/chain_sum's shipped warm start (CPU).",
+    algorithms=("sft",),
+    dataset=CHAIN_TRAIN,
+    checkpoint=CHAIN_MODEL,
+    loader="rg_sft",
+    defaults={
+        **_CHAIN_COMMON,
+        "batch_size": 64,
+        "mini_bs": 64,
+        "max_new_tokens": 8,
+        "lr": 3.0e-3,
+        "min_lr": 3.0e-4,
+        # Stops at 400 of a 1000-step schedule, like math/arith-sft: the model then solves a
+        # minority of the held-out problems, which leaves room for RL to show.
+        "lr_decay_steps": 1000,
+        "max_steps": 400,
+        "save_interval": 200,
+    },
+    hardware=HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="measured on 2 CPU cores"),
+    expected_metrics={
+        "train/loss": "5.78 at step 1, 1.66 mean over the first third, 0.73 over steps 350-400",
+        "time/step": "2.3 s per step on 2 CPU cores shared with other jobs (15 min in all)",
+    },
+    gates=(
+        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
+        Gate("falls", "train/loss", threshold=0.5, description="measured: 1.66 -> 0.79"),
+        Gate(
+            "at_most",
+            "train/loss",
+            threshold=0.9,
+            after_step=350,
+            description="measured 0.725 over steps 350-400",
+        ),
+        Gate("checkpoint_loadable", after_step=400, description="step_400 is the warm start"),
+    ),
+    description=(
+        "`scripts/make_chain_sum_warmstart.sh` runs this recipe and exports its last step "
+        "into areno_envs/checkpoints/chain-sum-sft."
+    ),
+)
+
+CHAIN_SUM = Recipe(
+    name="rg-cpu/chain_sum",
+    summary="reasoning-gym chain_sum (two terms) on CPU: RL lifts held-out accuracy in minutes.",
+    algorithms=("gspo", "grpo"),
+    dataset=CHAIN_TRAIN,
+    checkpoint=CHAIN_WARMSTART,
+    loader="rg/chain_sum",
+    reward="rg",
+    defaults=_CHAIN_COMMON,
+    algorithm_defaults={
+        "gspo": {**_CHAIN_RL, "gspo_clip_eps": 0.05, "gspo_clip_eps_high": 0.05},
+        "grpo": {**_CHAIN_RL, "grpo_clip_eps": 0.2},
+    },
+    hardware=HardwareFloor(
+        device="cpu",
+        min_cpu_memory_gb=2,
+        note="measured on 2 CPU cores; peak RSS of a run is about 0.65 GiB; no GPU needed",
+    ),
+    expected_metrics={
+        "rollout/reward_mean": (
+            "reasoning-gym's score of the samples (temperature 1): 0.343 mean over steps 1-50, "
+            "0.426 over steps 251-300 with gspo (measured)"
+        ),
+        "eval/accuracy": (
+            "greedy, the 450 held-out two-digit problems: 0.058 at step 0, 0.067-0.076 from "
+            "step 50 on (measured, gspo): the gain is on the training distribution"
+        ),
+        "rollout/reward_errors": "0: the scorer never fails",
+        "time/step": "about 6 s per step on 2 CPU cores shared with two other jobs",
+    },
+    gates=(
+        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
+        Gate(
+            "at_most",
+            "rollout/reward_errors",
+            threshold=0.0,
+            after_step=1,
+            description="reasoning-gym's scorer never fails",
+        ),
+        Gate(
+            "rises",
+            "rollout/reward_mean",
+            threshold=0.03,
+            description="last third of the run beats the first third (measured: +0.063)",
+        ),
+        Gate(
+            "at_least",
+            "rollout/reward_mean",
+            threshold=0.39,
+            after_step=250,
+            description="measured 0.426 over steps 251-300, from 0.343 over steps 1-50",
+        ),
+        Gate(
+            "at_least",
+            "eval/accuracy",
+            threshold=0.05,
+            after_step=300,
+            description="held-out accuracy does not fall below the warm start's 0.058 by "
+            "much (measured 0.067 at step 300)",
+        ),
+        Gate("checkpoint_loadable", after_step=300, description="the final policy loads"),
+    ),
+    description=(
+        "reasoning-gym's chain_sum with two terms of one or two digits, as plain text "
+        "('State the final answer to the following arithmetic problem: 15 - 43 = '), the "
+        "completion the number. It starts from the shipped SFT warm start (see "
+        "rg-cpu/chain_sum-sft). Half the problems have one-digit terms, which all occur in "
+        "training, so the 450 held-out problems are two-digit ones."
+    ),
+)
+
+# The CI gate: the first steps of rg-cpu/chain_sum, short enough for the default CI run (see
+# the pack README for its measured time). Whether RL learns is rg-cpu/chain_sum's own gates.
+CHAIN_SUM_SMOKE = Recipe(
+    name="rg-cpu/chain_sum-smoke",
+    summary="CI gate: a few steps of rg-cpu/chain_sum through the real reasoning-gym scorer.",
+    algorithms=("gspo",),
+    dataset=CHAIN_TRAIN,
+    checkpoint=CHAIN_WARMSTART,
+    loader="rg/chain_sum",
+    reward="rg",
+    defaults={
+        **_CHAIN_COMMON,
+        **_CHAIN_RL,
+        "gspo_clip_eps": 0.05,
+        "gspo_clip_eps_high": 0.05,
+        "batch_size": 16,
+        "mini_bs": 32,
+        "max_steps": 8,
+        "save_interval": 8,
+        "eval_interval": 8,
+        "eval_limit": 100,
+    },
+    hardware=HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="measured on 2 CPU cores"),
+    visibility="internal",
+    expected_metrics={
+        "rollout/reward_mean": "0.30 mean over the 8 steps (measured; the warm start's level)",
+        "eval/accuracy": "0.05 at step 0 and 0.06 at step 8 on the first 100 held-out problems",
+        "time/step": "4.3 s per step on 2 CPU cores shared with another run; 48 s in all",
+    },
+    gates=(
+        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
+        Gate(
+            "at_most",
+            "rollout/reward_errors",
+            threshold=0.0,
+            after_step=1,
+            description="reasoning-gym's scorer never fails",
+        ),
+        Gate(
+            "at_least",
+            "rollout/reward_mean",
+            threshold=0.15,
+            after_step=1,
+            description="the warm start scores through the real scorer: measured 0.30",
+        ),
+        Gate(
+            "at_least",
+            "eval/accuracy",
+            threshold=0.03,
+            after_step=0,
+            description="held-out greedy accuracy is logged and the warm start solves some "
+            "(measured 0.05, 0.06)",
+        ),
+        Gate("checkpoint_loadable", after_step=8, description="the last policy loads"),
+    ),
+)
+
+CHAIN_SUM_RECIPES: tuple[Recipe, ...] = (CHAIN_SUM, CHAIN_SUM_SFT, CHAIN_SUM_SMOKE)
