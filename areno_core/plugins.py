@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import traceback
+from collections.abc import Iterable
 from importlib import metadata
 from typing import Any
 
@@ -120,7 +121,9 @@ def _selected(ep_name: str, dist_name: str, allow: set[str] | None, block: set[s
     return not names & block
 
 
-def load_entry_point_plugins(pm: ArenoPluginManager) -> None:
+def load_entry_point_plugins(
+    pm: ArenoPluginManager, found: Iterable[metadata.EntryPoint] | None = None
+) -> None:
     """Import every ``areno`` entry point, honouring the allow and block lists."""
     allow = _parse_list(os.environ.get(ENV_ALLOW))
     block = _parse_list(os.environ.get(ENV_BLOCK)) or set()
@@ -128,7 +131,7 @@ def load_entry_point_plugins(pm: ArenoPluginManager) -> None:
     # By distribution name, so which of two clashing plugins loads later (and is the one that
     # fails, see Registry) does not depend on the order of folders on disk.
     found = sorted(
-        metadata.entry_points(group=ENTRY_POINT_GROUP),
+        metadata.entry_points(group=ENTRY_POINT_GROUP) if found is None else found,
         key=lambda ep: (ep.dist.name if ep.dist is not None else "", ep.name),
     )
     for ep in found:
@@ -169,9 +172,10 @@ def get_plugin_manager(*, load_entry_points: bool = True) -> ArenoPluginManager:
     if os.environ.get(ENV_TRACE) == "1":
         pm.trace.root.setwriter(lambda msg: logger.debug("%s", msg.rstrip()))
         pm.enable_tracing()
-    _register_core(pm)
+    found = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    _register_core(pm, found)
     if load_entry_points:
-        load_entry_point_plugins(pm)
+        load_entry_point_plugins(pm, found)
     return pm
 
 
@@ -183,16 +187,16 @@ def _is_core(ep: metadata.EntryPoint) -> bool:
     return ep.name == CORE_PLUGIN and ep.dist is not None and ep.dist.name == CORE_DISTRIBUTION
 
 
-def _register_core(pm: ArenoPluginManager) -> None:
+def _register_core(pm: ArenoPluginManager, found: Iterable[metadata.EntryPoint]) -> None:
     """areno-core's own plugin (:mod:`areno_core.builtins`: the native engine, the local and
     distributed backends, the built-in metric sinks). It stands above the rest of the core,
     so it is found like any plugin, through its entry point, rather than imported from here."""
-    found = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if _is_core(ep)]
-    if not found:
+    core = [ep for ep in found if _is_core(ep)]
+    if not core:
         raise PluginError(
             f"areno-core's own entry point {CORE_PLUGIN!r} (group {ENTRY_POINT_GROUP!r}) is "
             "missing: its install metadata is out of date; reinstall areno-core "
             "(pip install -e . in a checkout)"
         )
-    ep = found[0]
+    ep = core[0]
     pm.register_plugin(ep.load(), CORE_PLUGIN, CORE_DISTRIBUTION, ep.dist.version)
