@@ -37,17 +37,13 @@ import re
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path, PureWindowsPath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import attrs
 
 from areno_core.config import OPTION_SECTIONS, build_config
 from areno_core.errors import ConfigError
 from areno_core.options import normalize_key
-from areno_core.validators import flag
-
-if TYPE_CHECKING:
-    from areno_core.registry import Registry
 
 RESOURCE_PREFIX = "resource:"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*/[a-z0-9][a-z0-9_.-]*$")
@@ -233,7 +229,7 @@ class Recipe:
                 _check_option(where, source, key, value)
         for algo in self.algorithms:
             # Core option values are checked now; plugin options (an algorithm's, an engine's)
-            # when the registry knows who declares them (see check_recipe_options).
+            # when the registry knows who declares them (see Registry._check_recipe).
             for lora in (False, True) if self.lora_defaults else (False,):
                 raw = self._raw_options(algo, lora=lora)
                 core = {k: v for k, v in raw.items() if k in OPTION_SECTIONS}
@@ -311,47 +307,6 @@ class Recipe:
         if "lora_rank" in user:
             return user["lora_rank"] is not None
         return self._raw_options(algo).get("lora_rank") is not None
-
-
-def check_recipe_options(recipe: Recipe, registry: Registry) -> None:
-    """Check every option a recipe sets against the installed option table: the name is
-    declared (by the core or a plugin), and with each of the recipe's installed algorithms the
-    values build the algorithm's and the engine's config. Raises ``ValueError``."""
-    table = registry.options
-    where = f"recipe {recipe.name!r}"
-    installed = [a for a in recipe.algorithms if a in registry.entries["algorithms"]]
-    # An option no installed plugin declares may belong to one of the recipe's algorithms that
-    # is not installed; it is an error only when every algorithm of the recipe is installed.
-    if len(installed) == len(recipe.algorithms):
-        for source, options in recipe._layers():
-            for key in options:
-                try:
-                    table.check_name(str(key))
-                except ConfigError as exc:
-                    raise ValueError(f"{where}: {source} sets {exc}") from exc
-    for algo, lora in [(a, lora) for a in installed for lora in (False, True)]:
-        if lora and not recipe.lora_defaults:
-            continue
-        raw = {k: v for k, v in recipe._raw_options(algo, lora=lora).items() if k in table}
-        own = recipe.algorithm_defaults.get(algo, {})
-        try:
-            cfg = build_config(raw, table=table)
-            spec = registry.algorithm(algo)
-            spec.make_config(cfg.plugin)
-            declared = {f.name for f in attrs.fields(spec.config_cls)}
-            for key in own:
-                name = normalize_key(str(key))
-                if name not in OPTION_SECTIONS and name not in declared:
-                    owners = ", ".join(o.label for o in table.owners(name))
-                    raise ConfigError(
-                        f"algorithm_defaults[{algo!r}] sets {flag(name)}, which --algo "
-                        f"{algo} does not read (it belongs to {owners})"
-                    )
-            engine = cfg.rollout_engine
-            if engine in registry.entries["rollout_engines"]:
-                registry.engine(engine).make_config(cfg.plugin)
-        except ConfigError as exc:
-            raise ValueError(f"{where} with --algo {algo}: {exc}") from exc
 
 
 def _check_option(where: str, source: str, key: str, value: Any) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from areno_core.algorithm import AlgorithmSpec
-from areno_core.config import core_sections
+from areno_core.config import OPTION_SECTIONS, build_config, core_sections
 from areno_core.contracts.backend import BackendSpec
 from areno_core.contracts.engine import EngineSpec
 from areno_core.contracts.sink import SinkSpec
@@ -30,9 +30,11 @@ from areno_core.options import (
     Owner,
     Section,
     check_config_class,
+    normalize_key,
 )
 from areno_core.plugins import ArenoPluginManager, PluginFailure, PluginInfo, get_plugin_manager
-from areno_core.recipe import Recipe, check_recipe_options
+from areno_core.recipe import Recipe
+from areno_core.validators import flag
 
 logger = get_logger(__name__)
 T = TypeVar("T")
@@ -93,7 +95,7 @@ class Registry:
         recipes = self.entries["recipes"]
         for name, entry in list(recipes.items()):
             try:
-                check_recipe_options(entry.obj, self)
+                self._check_recipe(entry.obj)
             except ValueError as exc:
                 del recipes[name]
                 info = entry.plugin
@@ -102,6 +104,46 @@ class Registry:
                 self.failures.append(
                     PluginFailure(info.name, info.distribution, info.version, error)
                 )
+
+    def _check_recipe(self, recipe: Recipe) -> None:
+        """Check every option a recipe sets against the installed option table: the name is
+        declared (by the core or a plugin), and with each of the recipe's installed algorithms the
+        values build the algorithm's and the engine's config. Raises ``ValueError``."""
+        table = self.options
+        where = f"recipe {recipe.name!r}"
+        installed = [a for a in recipe.algorithms if a in self.entries["algorithms"]]
+        # An option no installed plugin declares may belong to one of the recipe's algorithms that
+        # is not installed; it is an error only when every algorithm of the recipe is installed.
+        if len(installed) == len(recipe.algorithms):
+            for source, options in recipe._layers():
+                for key in options:
+                    try:
+                        table.check_name(str(key))
+                    except ConfigError as exc:
+                        raise ValueError(f"{where}: {source} sets {exc}") from exc
+        for algo, lora in [(a, lora) for a in installed for lora in (False, True)]:
+            if lora and not recipe.lora_defaults:
+                continue
+            raw = {k: v for k, v in recipe._raw_options(algo, lora=lora).items() if k in table}
+            own = recipe.algorithm_defaults.get(algo, {})
+            try:
+                cfg = build_config(raw, table=table)
+                spec = self.algorithm(algo)
+                spec.make_config(cfg.plugin)
+                declared = {f.name for f in attrs.fields(spec.config_cls)}
+                for key in own:
+                    name = normalize_key(str(key))
+                    if name not in OPTION_SECTIONS and name not in declared:
+                        owners = ", ".join(o.label for o in table.owners(name))
+                        raise ConfigError(
+                            f"algorithm_defaults[{algo!r}] sets {flag(name)}, which --algo "
+                            f"{algo} does not read (it belongs to {owners})"
+                        )
+                engine = cfg.rollout_engine
+                if engine in self.entries["rollout_engines"]:
+                    self.engine(engine).make_config(cfg.plugin)
+            except ConfigError as exc:
+                raise ValueError(f"{where} with --algo {algo}: {exc}") from exc
 
     def _collect(self, kind: str, noun: str, plugin_name: str, fn: Callable[..., Any]) -> None:
         info = self.pm.info_for(plugin_name)

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from areno_core.algorithm import AlgorithmSpec
     from areno_core.config import RunConfig
     from areno_core.model import TrainableModel
-    from areno_core.registry import Registry
     from areno_core.rollout.placement import RolloutPlacement
 
 
@@ -143,7 +142,8 @@ class BackendSpec:
 
     name: str
     summary: str
-    factory: Callable[[RunConfig, Any, Registry], TrainingBackend]
+    # (run config, the backend's options, the run's areno_core.registry.Registry)
+    factory: Callable[[RunConfig, Any, Any], TrainingBackend]
     config_cls: type = NoOptions
     check: Callable[[RunConfig], str | None] = _any_shape
     launch: Launcher | None = None
