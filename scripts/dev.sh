@@ -67,7 +67,10 @@ test_all() {
   "$PY" -m ruff check .
   "$PY" -m ruff format --check .
   "$PY" -m areno_core.docs_gen --check
-  "$PY" -m pytest -q -p no:cacheprovider "$@"
+  # Two pytest-xdist workers, one torch thread each (conftest.py), whole test files per worker
+  # (--dist loadfile: a module's fixtures, such as a trained run several tests read, are built
+  # once); ARENO_TEST_WORKERS=0 runs the suite in this one process.
+  "$PY" -m pytest -q -p no:cacheprovider -n "${ARENO_TEST_WORKERS:-2}" --dist loadfile "$@"
   # Distributed training: several processes each (gloo on this CPU), so kept out of the run
   # above and run here on their own.
   "$PY" -m pytest -q -p no:cacheprovider -m "distributed and not slow" tests/train/distributed
