@@ -1,9 +1,9 @@
 """Settings for the whole test suite (tests/, plugins/*/tests, internal/*/tests).
 
-``bash scripts/dev.sh test`` runs the default suite on two pytest-xdist workers. Each worker
-then uses one torch thread, and so does every process a test starts (unless the test sets
-its own thread count): two workers with torch's default of one thread per core would ask a
-2-core machine for four, and oversubscribed OpenMP threads slow each other down.
+Under pytest-xdist (``ARENO_TEST_WORKERS=2 bash scripts/dev.sh test``, or ``pytest -n 2``)
+each worker uses one torch thread, and so does every process a test starts (unless the test
+sets its own thread count): two workers with torch's default of one thread per core would ask
+a 2-core machine for four, and oversubscribed OpenMP threads slow each other down.
 """
 
 from __future__ import annotations
