@@ -2,6 +2,7 @@
 
     python bench/bench_ceiling.py                       # the GRPO "gsm8k" shape of bench_grpo.py
     python bench/bench_ceiling.py --steps 5 --prompts 8
+    python bench/bench_ceiling.py --shape tiny --steps 2 --prompts 1   # a quick check of the script
 
 Part 1 times float32 ``torch.mm`` at a few sizes (square, and the shapes of the ~20M-parameter
 model's projections at training batch sizes) with the same thread count as the benchmarks and
@@ -83,8 +84,9 @@ def grpo_utilisation(args: Any, model_dir: Path) -> dict[str, Any]:
     from areno_core.rollout.native import NativeEngine
     from areno_core.types import SamplingParams
 
-    shape = dict(bench_grpo.SHAPES["gsm8k"])
+    shape = dict(bench_grpo.SHAPES[args.shape])
     shape.update({k: v for k, v in {"steps": args.steps, "prompts": args.prompts}.items() if v})
+    shape["micro_bs"] = min(shape["micro_bs"], shape["prompts"] * shape["samples"])
     rows = bench_grpo.gsm8k_rows(shape["prompts"] * (1 + shape["steps"]))
     model = TrainableModel.from_ckpt(str(model_dir), seed=0)
     tokenizer = model.tokenizer
@@ -201,6 +203,13 @@ def _shares(used: dict[str, Any], phases: tuple[str, ...], clock: str) -> list[t
 
 def main() -> None:
     parser = common.base_parser(__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--shape",
+        choices=tuple(bench_grpo.SHAPES),
+        default="gsm8k",
+        help="bench_grpo.py's GRPO shape (the model, samples and new tokens; the prompts stay "
+        "GSM8K questions); tiny is for testing the script, not for a measurement",
+    )
     parser.add_argument("--steps", type=int, default=3, help="timed GRPO steps")
     parser.add_argument("--prompts", type=int, default=None, help="prompts per step")
     parser.add_argument("--repeats", type=int, default=5, help="timings per matmul shape")
@@ -237,7 +246,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="areno-bench-") as tmp:
         model_dir = common.save_random_model(
-            bench_grpo.SHAPES["gsm8k"]["model"], Path(tmp) / "model"
+            bench_grpo.SHAPES[args.shape]["model"], Path(tmp) / "model"
         )
         used = grpo_utilisation(args, model_dir)
     shape = used["shape"]
