@@ -15,14 +15,11 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
-from areno_core.agentic.schema import RequestError, parse_chat_request
+from areno_core.agentic.schema import ChatRequest, RequestError, parse_chat_request
 from areno_core.log import get_logger
-
-if TYPE_CHECKING:
-    from areno_core.agentic.server import AgentServer, Job
 
 logger = get_logger(__name__)
 
@@ -30,6 +27,51 @@ Scope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class EndpointJob(Protocol):
+    """What the app reads and sets of one request in flight
+    (:class:`areno_core.agentic.server.Job` is the real one)."""
+
+    model: str
+    response_id: str
+    created: int
+    deadline: float
+    tokens: asyncio.Queue[tuple[int, int]] | None
+
+
+class Endpoint(Protocol):
+    """What the app asks of the endpoint it serves (:class:`areno_core.agentic.server.AgentServer`
+    is the real one): its limits and key, and the life of a request."""
+
+    api_key: str
+    in_flight: int
+    max_connections: int
+    max_body_bytes: int
+    body_timeout_s: float
+    timeout_s: float
+    model_name: str
+    streams_tokens: bool
+    stats: dict[str, float]
+
+    def sample_of(self, segment: str) -> tuple[int, int] | None: ...
+
+    def models_payload(self) -> dict[str, Any]: ...
+
+    def prepare(
+        self, request: ChatRequest, *, sample: tuple[int, int] | None = None
+    ) -> EndpointJob: ...
+
+    async def render(self, job: Any) -> None: ...
+
+    def submit(self, job: Any) -> asyncio.Future[tuple[int, dict[str, Any]]]: ...
+
+    def cancel(self, job: Any, *, timed_out: bool) -> None: ...
+
+    def timeout_payload(self) -> dict[str, Any]: ...
+
+    def stream_text(self, job: Any, tokens: Sequence[int]) -> str: ...
+
 
 ROUTES = {"/v1/models": "GET", "/v1/chat/completions": "POST"}
 SAMPLE_PREFIX = "/sample/"  # /sample/<segment>/v1/...: a request of one sample (see server.py)
@@ -80,7 +122,7 @@ async def _send_json(
 class Guard:
     """Key, route, method and declared body size, checked before the body is read."""
 
-    def __init__(self, app: ASGIApp, server: AgentServer) -> None:
+    def __init__(self, app: ASGIApp, server: Endpoint) -> None:
         self.app = app
         self.server = server
 
@@ -169,7 +211,7 @@ class Guard:
         await self.app(scope, receive, send)
 
 
-def build_app(server: AgentServer) -> ASGIApp:
+def build_app(server: Endpoint) -> ASGIApp:
     """The endpoint's ASGI app for ``server``."""
     from starlette.applications import (
         Starlette,  # the endpoint's web stack loads only when an endpoint starts
@@ -274,7 +316,7 @@ async def _disconnected(request: Any) -> None:
 
 
 async def _answer(
-    server: AgentServer, job: Job, future: asyncio.Future[Any], request: Any
+    server: Endpoint, job: EndpointJob, future: asyncio.Future[Any], request: Any
 ) -> tuple[int, dict[str, Any]] | None:
     """The scheduler's answer; None when the client left first (the job is cancelled)."""
     loop = asyncio.get_running_loop()
@@ -301,7 +343,7 @@ def _event(payload: Any) -> str:
 
 
 async def _sse(
-    server: AgentServer, job: Job, future: asyncio.Future[Any], include_usage: bool
+    server: Endpoint, job: EndpointJob, future: asyncio.Future[Any], include_usage: bool
 ) -> AsyncIterator[str]:
     """Server-sent events for a streamed request: the text as it is sampled (when the engine
     reports tokens), keep-alive comments while waiting, then the rest of each choice, its tool
@@ -352,8 +394,8 @@ async def _sse(
 
 
 def _text_deltas(
-    server: AgentServer,
-    job: Job,
+    server: Endpoint,
+    job: EndpointJob,
     first: tuple[int, int],
     sampled: dict[int, list[int]],
     sent: dict[int, str],
@@ -375,7 +417,7 @@ def _text_deltas(
     return out
 
 
-def _content_chunk(job: Job, choice: int, text: str, *, first: bool) -> dict[str, Any]:
+def _content_chunk(job: EndpointJob, choice: int, text: str, *, first: bool) -> dict[str, Any]:
     delta: dict[str, Any] = {"content": text}
     if first:
         delta = {"role": "assistant", "content": text, "refusal": None}
