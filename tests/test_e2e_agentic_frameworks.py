@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import areno_core.agentic.collect as collect_module
+import areno_core.runner.rollout as rollout_module
 from areno_core.agentic.records import ServedCompletion
 from areno_core.testing import run_areno
 
@@ -52,7 +53,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, list[Any]]]:
         return groups, metrics
 
     monkeypatch.setattr(collect_module, "AgentServer", Server)
-    monkeypatch.setattr(collect_module, "collect_agentic_groups", collect)
+    monkeypatch.setattr(rollout_module, "collect_agentic_groups", collect)  # where the run calls it
     return steps
 
 

@@ -458,11 +458,11 @@ def test_load_rows_hub_connection_error_suggests_local_path(
     def unreachable(*args: Any, **kwargs: Any) -> None:
         raise ConnectionError("Couldn't reach 'gsm8k' on the Hub (LocalEntryNotFoundError)")
 
-    import areno_core.models.loading as loading
+    import areno_core.data.sources as sources
 
     monkeypatch.setattr(datasets, "load_dataset", unreachable)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(loading, "hub_reachable", lambda *a, **k: True)  # fails mid-download
+    monkeypatch.setattr(sources, "hub_reachable", lambda *a, **k: True)  # fails mid-download
     with pytest.raises(
         DatasetError,
         match=r"^could not reach the Hugging Face Hub for dataset reference 'gsm8k:main' and it "

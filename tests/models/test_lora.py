@@ -106,7 +106,7 @@ def test_lora_reference_is_the_base_model_without_a_copy():
     batch = collate(trajectories, model.pad_id)
     plan = [list(range(batch["input_ids"].shape[0]))]
     model.policy.train()
-    reference = backend._reference_logprobs(model, batch, plan, 1.0)
+    reference = backend._updater.reference_logprobs(model, batch, plan, 1.0)
     assert model.policy.training  # scored in eval mode, then put back as it was
     base = load_model(TINY)
     expected = policy_outputs(base, batch)["logprobs"]
