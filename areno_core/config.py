@@ -231,8 +231,14 @@ class TrainConfig:
         validator=positive,
         default_text="all microbatches of a step",
     )
-    activation_checkpointing: bool = option(
-        True, "Recompute decoder-layer activations in the backward pass.", negatable=True
+    activation_checkpointing: bool | None = option(
+        None,
+        "Recompute decoder-layer activations in the backward pass (less memory, more "
+        "compute). Unset: auto, on when one microbatch's estimated activations (--mini-bs "
+        "rows of --max-prompt-tokens + --max-new-tokens tokens) would take more than half of "
+        "the memory free on the training device, off otherwise; the run logs the decision.",
+        negatable=True,
+        default_text="auto",
     )
     dtype: str = option(
         "auto",

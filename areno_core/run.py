@@ -34,6 +34,7 @@ from areno_core.models.lora import LoraSettings
 from areno_core.models.reward import reward_model_beside
 from areno_core.registry import Registry, get_registry
 from areno_core.resolve import ResolvedRun
+from areno_core.train.checkpointing import resolve_activation_checkpointing
 from areno_core.train.progress import TrainProgress, print_summary
 from areno_core.tune import TuneOutcome, tune_run
 from areno_core.wiring import (
@@ -70,6 +71,15 @@ def run_training(
     cfg, spec, resolved = plan.config, plan.spec, plan.resolved
     model = _load_model(plan, backend, dtype, attention)
     kwargs = train_kwargs(resolved)
+    kwargs["activation_checkpointing"] = resolve_activation_checkpointing(
+        cfg.activation_checkpointing,
+        model.policy,
+        rows=cfg.mini_bs,
+        seq_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
+        device=backend.device,
+        world_size=cfg.world_size or 1,
+        tp_size=cfg.tp_size or 1,
+    )
     backend.setup(model, spec, **_setup_kwargs(kwargs))
     stream = DataStream(plan.rows, cfg.batch_size, seed=cfg.seed, epochs=cfg.epochs)
     if plan.resume_from is not None:

@@ -171,7 +171,7 @@ def test_resolved_dict_records_plugin_options_and_reloads(tmp_path):
         "lean_forward": True,
         "shared_prompt_cache": True,
     }
-    assert data["backend"] == {"share_prefix": True, "packed_forward": False}
+    assert data["backend"] == {"share_prefix": True, "packed_forward": None}
     dump_yaml(data, tmp_path / "config.yaml")
     again = resolve_run({}, registry=get_registry(), config_path=str(tmp_path / "config.yaml"))
     assert again.to_dict() == data
@@ -181,4 +181,4 @@ def test_resolved_dict_records_plugin_options_and_reloads(tmp_path):
 def test_offline_algorithm_records_no_engine_section():
     data = _resolve(algo="sft").to_dict()
     assert "rollout_engine" not in data and "algorithm" not in data  # sft has no options
-    assert data["backend"] == {"share_prefix": True, "packed_forward": False}
+    assert data["backend"] == {"share_prefix": True, "packed_forward": None}

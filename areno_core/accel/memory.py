@@ -97,6 +97,22 @@ def system_memory_bytes() -> int:
         raise RuntimeError("cannot tell how much memory this machine has") from None
 
 
+def available_memory_bytes(device: str | torch.device) -> int:
+    """Memory a new allocation can still get on ``device``: the free memory of a CUDA GPU
+    (``torch.cuda.mem_get_info``), else the system's available RAM (``MemAvailable``, which
+    counts reclaimable caches; the total memory where the kernel does not report it)."""
+    where = torch.device(device)
+    if where.type == "cuda":
+        return int(torch.cuda.mem_get_info(where)[0])
+    try:
+        for line in _MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return system_memory_bytes()
+
+
 class MemoryMeter:
     """Peak memory of blocks of code on ``device`` (see the module docstring)."""
 

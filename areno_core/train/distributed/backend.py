@@ -35,6 +35,7 @@ from areno_core.log import get_logger
 from areno_core.models.loading import enable_activation_checkpointing, is_activation_checkpointing
 from areno_core.options import option
 from areno_core.rollout.placement import RolloutPlacement
+from areno_core.train.checkpointing import resolve_activation_checkpointing
 from areno_core.train.distributed.context import (
     DistContext,
     check_mesh_shape,
@@ -124,12 +125,26 @@ class DistributedBackend:
     def setup(self, model: TrainableModel, spec: AlgorithmSpec, **optimizer: Any) -> None:
         """Shard the policy and the roles ``spec`` uses over the mesh, then build optimizers
         and schedulers over the shards (the settings of ``LocalBackend.setup``)."""
+        if not is_sharded(model.policy):
+            # Every process must checkpoint alike (recomputation repeats FSDP2's gathers), so
+            # ``auto``, decided on each process's own free memory, is agreed: on if any says on.
+            setting = optimizer.get(
+                "activation_checkpointing", default_of("activation_checkpointing")
+            )
+            choice = resolve_activation_checkpointing(
+                setting,
+                model.policy,
+                rows=default_of("mini_bs"),
+                seq_len=default_of("max_prompt_tokens") + default_of("max_new_tokens"),
+                device=self.device,
+                world_size=self.ctx.world_size,
+                tp_size=self.ctx.tp_size,
+            )
+            optimizer["activation_checkpointing"] = self.ctx.any_rank(choice)
         self._shard_roles(
             model,
             spec,
-            activation_checkpointing=optimizer.get(
-                "activation_checkpointing", default_of("activation_checkpointing")
-            ),
+            activation_checkpointing=bool(optimizer.get("activation_checkpointing")),
         )
         self._local.setup(model, spec, **optimizer)
 
