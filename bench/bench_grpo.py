@@ -109,6 +109,8 @@ def digit_share(text: str) -> float:
     return sum(ch.isdigit() for ch in text) / max(len(text), 1)
 
 
+CHECKPOINTING = {"auto": None, "on": True, "off": False}
+
 # -- children ---------------------------------------------------------------------------------
 
 
@@ -178,9 +180,9 @@ def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> d
             temperature=1.0,
             max_new_tokens=shape["new_tokens"],
             grpo_clip_eps=0.2,
-            # As TRL's side (gradient_checkpointing=False). areno's default is on, and with it
-            # the training forward cannot reuse a shared prompt's keys/values either.
-            activation_checkpointing=False,
+            # areno's default is auto, which this shape's few MiB of activations leave off (TRL's
+            # side turns its default checkpointing off by hand); on/off only when asked.
+            activation_checkpointing=CHECKPOINTING[args.activation_checkpointing],
         )
         # Tell the engine which policy version it samples from now, as the run loop does;
         # otherwise the next step's samples look stale and the trainer scores them again with
@@ -341,6 +343,7 @@ def drive(args: Any) -> dict[str, Any]:
             child_args.append(str(args.threads))
             if args.no_share_prefix:
                 child_args.append("--no-share-prefix")
+            child_args += ["--activation-checkpointing", args.activation_checkpointing]
             for key, value in _overrides(args).items():
                 if value is not None:
                     child_args += [f"--{key}", str(value)]
@@ -419,6 +422,12 @@ def main() -> None:
         "--no-share-prefix",
         action="store_true",
         help="areno: run every row in full (LocalBackend(share_prefix=False)), to see the gain",
+    )
+    parser.add_argument(
+        "--activation-checkpointing",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="areno: its default (auto, which decides off for these shapes) or a fixed setting",
     )
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
