@@ -97,6 +97,12 @@ class AlgorithmSpec:
         ``behaviour_logprobs`` (the sampling policy's); the loss clips against the first and
         weights each token by their ratio to the second. Runs with ``--async-rollout
         --max-staleness`` above 0 need it.
+    ``proximal_in_advantages``
+        ``advantages`` reads ``old_logprobs`` (PPO's KL penalty in the reward), so with
+        ``--proximal-logprobs recompute`` every stale row is scored by the proximal policy
+        before it runs. Otherwise the rows of a train step's first optimizer step take those
+        log-probabilities from their own forward pass (the policy is still the proximal one
+        there) and only the rows of later optimizer steps are scored.
     """
 
     name: str
@@ -113,6 +119,7 @@ class AlgorithmSpec:
     needs_entropy: bool = False
     needs_values: bool = False
     decoupled: bool = False
+    proximal_in_advantages: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.name or "/" in self.name or self.name != self.name.strip():

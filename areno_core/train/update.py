@@ -54,6 +54,7 @@ class _Scored:
     proximal_version: int
     critic: Any
     rollout_stats: dict[str, Any]
+    deferred_proximal: bool = False
 
 
 @attrs.define
@@ -137,6 +138,8 @@ class Updater:
         unit, lengths = prepared.unit_rows, batch["lengths"]
         rows = batch["input_ids"].shape[0]
         steps = plan_steps(rows // unit, unit, mini_bs, accumulation, model.generator)
+        if scored.deferred_proximal:
+            batch = self._finish_proximal(model, scored, steps, mini_bs, temperature)
         spec = prepared.spec
         piece_cost = _piece_cost(model.policy, model.device) if spec.kind == "supervised" else None
 
@@ -194,7 +197,7 @@ class Updater:
         # or when the user supplied one.
         if spec.uses_reference(config, given=model.reference is not None):
             batch["ref_logprobs"] = self.reference_logprobs(model, batch, plan, temperature)
-        batch, offpolicy = self._attach_proximal(
+        batch, offpolicy, deferred = self._attach_proximal(
             model, prepared, batch, plan, temperature, proximal_logprobs
         )
         proximal_version = model.optimizer_steps
@@ -206,7 +209,7 @@ class Updater:
         if spec.advantages is not None:
             batch = spec.advantages(batch, config)
         rollout_stats = dict(batch.pop("rollout_stats", None) or {})
-        return _Scored(batch, offpolicy, proximal_version, critic, rollout_stats)
+        return _Scored(batch, offpolicy, proximal_version, critic, rollout_stats, deferred)
 
     def _optimizer_step(
         self,
@@ -239,6 +242,8 @@ class Updater:
             outputs = self.outputs(policy, mb, temperature=temperature, need_entropy=entropy)
             if critic is not None:
                 outputs["values"] = value_outputs(critic, mb)
+            if FROM_FORWARD in mb:  # recompute, taken from this first step's own forward
+                mb = proximal_from_forward(mb, outputs["logprobs"])
             if "behaviour_version" in mb:  # --proximal-logprobs interpolate
                 mb = interpolate_proximal(
                     mb,
@@ -279,19 +284,25 @@ class Updater:
         plan: list[list[int]],
         temperature: float,
         mode: str,
-    ) -> tuple[dict[str, Any], dict[str, float]]:
+    ) -> tuple[dict[str, Any], dict[str, float], bool]:
         """For a decoupled algorithm and a batch with samples of an older policy: keep the
         sampler's log-probabilities as ``behaviour_logprobs`` and, with ``mode`` recompute,
-        score the policy as it is now (the proximal policy) into ``old_logprobs``; with
-        interpolate the update loop fills them per microbatch
-        (:mod:`areno_core.train.offpolicy`). Returns the batch and, when the batch is stale,
+        score the policy as it is now (the proximal policy) into ``old_logprobs`` (or, for an
+        algorithm whose advantages do not read them, say to do so in :meth:`run` once the
+        optimizer steps are known: the third value); with interpolate the update loop fills
+        them per microbatch (:mod:`areno_core.train.offpolicy`). Returns the batch and, when
+        the batch is stale,
         ``train/stale_rows`` (and ``time/proximal`` for recompute)."""
         spec = prepared.spec
         stale = stale_rows(prepared.trajectories, model.optimizer_steps) if spec.decoupled else 0
         if not stale:
-            return batch, {}
+            return batch, {}, False
         if mode == "interpolate":
-            return with_behaviour(batch, prepared.trajectories), {"train/stale_rows": float(stale)}
+            stale_metric = {"train/stale_rows": float(stale)}
+            return with_behaviour(batch, prepared.trajectories), stale_metric, False
+        if not spec.proximal_in_advantages:
+            # Scored in run() once the optimizer steps are planned, still before the first one.
+            return batch, {"train/stale_rows": float(stale)}, True
         started = time.perf_counter()
         policy = model.policy
         was_training = policy.training
@@ -311,7 +322,65 @@ class Updater:
             "train/stale_rows": float(stale),
             "time/proximal": time.perf_counter() - started,
         }
-        return with_proximal(batch, proximal), metrics
+        return with_proximal(batch, proximal), metrics, False
+
+    def _finish_proximal(
+        self,
+        model: TrainableModel,
+        scored: _Scored,
+        steps: list[list[list[int]]],
+        mini_bs: int,
+        temperature: float,
+    ) -> dict[str, Any]:
+        """``--proximal-logprobs recompute`` without a pass it does not need: the policy of a
+        train step's first optimizer step *is* the proximal one, so that step's rows take
+        their proximal log-probabilities from their own forward pass (exactly, detached);
+        only the rows of later optimizer steps are scored now, before the first step. With
+        the default one optimizer step per train step, nothing is scored."""
+        batch = scored.batch
+        first = sorted(r for micro in steps[0] for r in micro) if steps else []
+        later = sorted(set(range(batch["input_ids"].shape[0])) - set(first))
+        started = time.perf_counter()
+        proximal = torch.zeros(batch["rollout_logprobs"].shape, dtype=torch.float32)
+        if later:
+            policy = model.policy
+            was_training = policy.training
+            policy.eval()
+            try:
+                lengths = batch["lengths"][later]
+                plan = [[later[i] for i in micro] for micro in score_plan(lengths, mini_bs)]
+                proximal = self.placement.score(
+                    batch,
+                    plan,
+                    model.device,
+                    lambda mb: policy_outputs(
+                        policy, mb, temperature=temperature, share_prefix=self.share_prefix
+                    )["logprobs"],
+                )
+            finally:
+                policy.train(was_training)
+        batch = with_proximal(batch, proximal.to(batch["rollout_logprobs"].dtype))
+        flags = torch.zeros(batch["input_ids"].shape[0], dtype=torch.bool)
+        flags[first] = True
+        batch[FROM_FORWARD] = flags
+        scored.offpolicy["time/proximal"] = time.perf_counter() - started
+        scored.offpolicy["train/proximal_rows_scored"] = float(len(later))
+        scored.batch = batch
+        return batch
+
+
+FROM_FORWARD = "proximal_from_forward"
+"""Batch key [B] bool: rows whose proximal log-probabilities are their first optimizer step's
+own forward pass (see :func:`proximal_from_forward`)."""
+
+
+def proximal_from_forward(microbatch: dict[str, Any], logprobs: torch.Tensor) -> dict[str, Any]:
+    """``microbatch`` with the flagged rows' ``old_logprobs`` set to ``logprobs`` (this pass's,
+    detached, zero outside the loss mask); the other rows keep theirs."""
+    flags = microbatch[FROM_FORWARD].to(logprobs.device)[:, None]
+    old = microbatch["old_logprobs"]
+    mine = torch.where(microbatch["loss_mask"] > 0, logprobs.detach(), torch.zeros_like(logprobs))
+    return {**microbatch, "old_logprobs": torch.where(flags, mine.to(old.dtype), old)}
 
 
 _CPU_PASS_OVERHEAD_FLOPS = 2e9

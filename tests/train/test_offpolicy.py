@@ -100,10 +100,11 @@ def test_with_proximal_swaps_old_logprobs_and_keeps_the_behaviour_ones() -> None
 def test_stale_batch_gets_proximal_logprobs_and_behaviour_weights(model) -> None:
     metrics = _train(model, stale_groups(model, version=1), "grpo")
     assert metrics["train/stale_rows"] == 4.0
-    assert metrics["time/proximal"] > 0.0
-    # One optimizer step: the ratio is taken against the proximal policy (the model itself),
-    # so it is 1; every token's weight is pi_prox / pi_behav = e^SHIFT.
-    assert metrics["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    # One optimizer step: its rows' own forward pass is the proximal policy's, so no row is
+    # scored by an extra pass and the ratio is exactly 1; every token's weight is
+    # pi_prox / pi_behav = e^SHIFT.
+    assert metrics["train/proximal_rows_scored"] == 0.0
+    assert metrics["train/ratio_mean"] == 1.0
     assert metrics["train/behaviour_weight_mean"] == pytest.approx(math.exp(SHIFT), rel=1e-5)
     assert metrics["train/behaviour_weight_min"] == pytest.approx(math.exp(SHIFT), rel=1e-5)
     assert metrics["train/behaviour_weight_max"] == pytest.approx(math.exp(SHIFT), rel=1e-5)
@@ -175,3 +176,34 @@ def test_interpolate_mode_needs_no_extra_pass_and_is_exact_in_the_first_step(mod
 def test_unknown_proximal_mode_is_refused_naming_the_choices(model) -> None:
     with pytest.raises(ValueError, match="recompute, interpolate, got 'guess'"):
         LocalBackend().train(model, [], algorithm="grpo", proximal_logprobs="guess")
+
+
+def _two_step_train(groups, algorithm) -> tuple[dict[str, float], TrainableModel]:
+    torch.manual_seed(0)
+    model = TrainableModel.from_ckpt("random:qwen3-tiny", seed=0)
+    model.optimizer_steps = 3
+    result = LocalBackend(share_prefix=False).train(
+        model, groups, algorithm=algorithm, learning_rate=1e-2, mini_bs=2,
+        gradient_accumulation_steps=1, activation_checkpointing=False,
+    )  # fmt: skip
+    return result.metrics, model
+
+
+def test_recompute_scores_only_the_later_optimizer_steps_and_trains_as_a_full_pass(model) -> None:
+    """Two optimizer steps of two rows: the first step's rows take their proximal values from
+    their own forward pass, the second step's are scored before the update; the weights end
+    where scoring every row first (PPO's way, forced here) puts them."""
+    groups = stale_groups(model, version=1)
+    grpo = get_registry().algorithm("grpo")
+    reused, trained = _two_step_train(groups, grpo)
+    full, reference = _two_step_train(groups, attrs.evolve(grpo, proximal_in_advantages=True))
+    assert reused["train/optimizer_steps"] == 2.0
+    assert reused["train/proximal_rows_scored"] == 2.0
+    assert "train/proximal_rows_scored" not in full and full["time/proximal"] > 0.0
+    for key in ("train/loss", "train/ratio_mean", "train/behaviour_weight_mean"):
+        assert reused[key] == pytest.approx(full[key], rel=1e-5, abs=1e-6), key
+    for (name, a), b in zip(trained.policy.named_parameters(), reference.policy.parameters(),
+                            strict=True):  # fmt: skip
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    # The second optimizer step really moved the ratio away from 1 (so it was scored right).
+    assert reused["train/ratio_max"] > 1.0 + 1e-4 or reused["train/ratio_min"] < 1.0 - 1e-4

@@ -239,4 +239,5 @@ SPEC = AlgorithmSpec(
     wants_reference=lambda config: config.use_kl_loss,
     needs_values=True,
     decoupled=True,
+    proximal_in_advantages=True,  # the KL penalty in the reward reads old_logprobs
 )
