@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -145,3 +146,13 @@ def test_bad_option_fails_before_the_model_loads(tmp_path: Path, capsys) -> None
     err = " ".join(capsys.readouterr().err.split())
     assert "has no option 'largets'. Did you mean 'largest'?" in err
     assert not save.exists()
+
+
+def test_agent_names_a_tool_choice_the_task_does_not_have() -> None:
+    from areno_envs.vf.agent import play
+
+    (row,) = vf_loader({"taskset": "vf_tictactoe", "range": [0, 1], "tool_choice": "chose_square"})
+    item = SimpleNamespace(row=row, messages=tuple(row["prompt"]))
+    ctx = SimpleNamespace(get_base_url=lambda item: "http://127.0.0.1:9", api_key="k", model="m")
+    with pytest.raises(ValueError, match="tool_choice 'chose_square' is not .* choose_square"):
+        asyncio.run(play(ctx, item))

@@ -33,6 +33,12 @@ async def play(ctx: Any, item: Any) -> None:
     tools = await open_tools(
         task, taskset_class(meta["taskset"]), taskset_config(meta["taskset"], meta["config"])
     )
+    names = [schema["function"]["name"] for schema in tools.schemas]
+    if meta["tool_choice"] not in ("auto", "required", "none", *names):
+        raise ValueError(
+            f"the spec row's tool_choice {meta['tool_choice']!r} is not 'auto', 'required', "
+            f"'none' or one of the task's tools: {', '.join(names) or 'none'}"
+        )
     messages = [dict(m) for m in item.messages]
     client = AsyncOpenAI(base_url=ctx.get_base_url(item), api_key=ctx.api_key, max_retries=0)
     try:
