@@ -156,3 +156,10 @@ def test_agent_names_a_tool_choice_the_task_does_not_have() -> None:
     ctx = SimpleNamespace(get_base_url=lambda item: "http://127.0.0.1:9", api_key="k", model="m")
     with pytest.raises(ValueError, match="tool_choice 'chose_square' is not .* choose_square"):
         asyncio.run(play(ctx, item))
+
+
+def test_env_args_lay_over_the_rows_taskset_options_and_are_checked() -> None:
+    rows = vf_loader({"taskset": "vf_sums", "config": {"count": 5}}, env_args={"count": 2})
+    assert len(rows) == 2 and rows[0]["vf"]["config"] == {"count": 2}
+    with pytest.raises(ConfigError, match="bad option value \\(largest='nine'"):
+        vf_loader({"taskset": "vf_sums"}, env_args={"largest": "nine"})

@@ -60,10 +60,12 @@ def _steps(run: Path) -> list[dict[str, Any]]:
 def test_single_turn_taskset_trains_with_its_rubric(tmp_path: Path, scored: list) -> None:
     from vf_sums import SumConfig, SumTaskset  # the test taskset, on sys.path by the fixture
 
-    spec = _spec(tmp_path / "sums.jsonl", taskset="vf_sums", config={"count": 4, "largest": 5})
+    # the taskset's options from the spec row and from --env-args (laid over the row's)
+    spec = _spec(tmp_path / "sums.jsonl", taskset="vf_sums", config={"count": 4, "largest": 9})
     run = tmp_path / "run"
     run_areno(
         "train", "--algo", "grpo", "--ckpt", "random:qwen3-tiny", "--dataset-path", str(spec),
+        "--env-args", '{"largest": 5}',
         "--dataset-loader-fn", "vf", "--reward-fn-path", "vf", "--batch-size", "2",
         "--n-samples", "2", "--mini-bs", "4", "--gradient-accumulation-steps", "1",
         "--max-new-tokens", "6", "--max-steps", "2", "--no-activation-checkpointing",

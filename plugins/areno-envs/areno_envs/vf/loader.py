@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from areno_envs.vf.episode import prompt_messages
 from areno_envs.vf.library import load_tasks
 from areno_envs.vf.spec import parse_spec
@@ -18,9 +20,14 @@ from areno_envs.vf.spec import parse_spec
 ROW_KEY = "vf"
 
 
-def vf_loader(row: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """RL rows of the tasks a spec row names."""
+def vf_loader(
+    row: Mapping[str, Any], *, env_args: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """RL rows of the tasks a spec row names; ``env_args`` (the run's ``--env-args``) are
+    taskset options laid over the row's ``config``."""
     spec = parse_spec(row)
+    if env_args:
+        spec = attrs.evolve(spec, config={**spec.config, **env_args})
     rows = []
     for task in load_tasks(spec.taskset, spec.config, spec.start, spec.stop):
         prompt = prompt_messages(task)
