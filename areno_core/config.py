@@ -63,6 +63,14 @@ class BasicConfig:
         "Turns raw rows into the rows the algorithm expects: file.py, file.py:function, or "
         "the name of a registered loader. Without one, rows pass through unchanged.",
     )
+    env_args: str | None = option(
+        None,
+        "Options for the environment behind --dataset-loader-fn, as a JSON object such as "
+        "'{\"min_terms\": 2}': given to a loader that takes an env_args keyword (the "
+        "areno-envs loaders rg/<task> and vf, which check each option by name); any other "
+        "loader refuses them.",
+        metavar="JSON",
+    )
     algo: str = option("gspo", "Training algorithm, by registered name (see `areno plugins`).")
     recipe: str | None = option(
         None,

@@ -27,6 +27,7 @@ from areno_core.contracts.sink import SinkSpec
 from areno_core.data import (
     apply_loader,
     load_rows,
+    parse_env_args,
     resolve_loader,
     split_preference_rows,
     validate_rows,
@@ -76,7 +77,12 @@ def _loaded_rows(path: str, cfg: RunConfig, registry: Registry) -> list[dict]:
     loader = resolve_loader(
         cfg.dataset_loader_fn, lambda name: registry.get("dataset_loaders", name)
     )
-    return apply_loader(rows, loader) if loader is not None else rows
+    env_args = parse_env_args(cfg.env_args)
+    if loader is None:
+        if env_args is not None:
+            raise ConfigError("--env-args needs a --dataset-loader-fn that takes them")
+        return rows
+    return apply_loader(rows, loader, env_args=env_args)
 
 
 def load_training_rows(cfg: RunConfig, spec: AlgorithmSpec, registry: Registry) -> list[dict]:

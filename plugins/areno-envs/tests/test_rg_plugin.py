@@ -95,3 +95,16 @@ def test_cpu_recipes_resolve_to_shipped_files_and_the_warm_start_matches_its_pro
     assert CHAIN_SUM_SFT.options_for("sft", rollout=False)["ckpt"].startswith("random:qwen3")
     assert CHAIN_SUM_SMOKE.internal and CHAIN_SUM_SMOKE.gates
     assert CHAIN_SUM.hardware.device == "cpu" and CHAIN_SUM.gates
+
+
+def test_env_args_reach_the_recipes_loader_and_a_bad_one_is_named(tmp_path, capsys) -> None:
+    save = tmp_path / "run"
+    err = _error_of(["train", "--recipe", "rg/chain_sum", "--algo", "grpo", "--env-args",
+                     '{"max_digits": "two"}', "--save-path", str(save)], capsys)  # fmt: skip
+    assert "option 'max_digits' expects an integer (its default is 4), got 'two'" in " ".join(
+        err.split()
+    )
+    assert not save.exists()
+    err = _error_of(["train", "--recipe", "math/arith", "--algo", "gspo", "--env-args", "{}",
+                     "--save-path", str(save)], capsys)  # fmt: skip
+    assert "takes no env_args keyword" in " ".join(err.split())

@@ -47,3 +47,31 @@ def test_defaults_and_fields() -> None:
 def test_bad_rows_name_the_value(row: dict, task: str | None, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_spec(row, task=task)
+
+
+def test_env_args_lay_over_the_rows_config() -> None:
+    from areno_envs.rg.loader import task_loader
+
+    load = task_loader("chain_sum")
+    row = {"size": 4, "config": {"min_terms": 2, "max_terms": 2}}
+    (first, *_) = load(row, env_args={"min_digits": 2, "max_digits": 2})
+    assert first["rg"]["config"] == {
+        "min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2,
+    }  # fmt: skip
+    assert load(row)[0]["rg"]["config"] == {"min_terms": 2, "max_terms": 2}
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"max_terms": "3"}, "option 'max_terms' expects an integer (its default is 6), got '3'"),
+        ({"allow_negation": 1}, "option 'allow_negation' expects true or false"),
+        ({"max_term": 3}, "has no option 'max_term'. Did you mean 'max_terms'"),
+    ],
+)
+def test_env_args_are_checked_by_name_and_type(config: dict, message: str) -> None:
+    from areno_envs.rg.loader import task_loader
+
+    with pytest.raises(ConfigError) as exc:
+        task_loader("chain_sum")({"size": 4}, env_args=config)
+    assert message in str(exc.value)

@@ -92,7 +92,7 @@ def check_config(task: str, config: Any) -> dict[str, Any]:
             f"got {config!r}"
         )
     fields = config_fields(task)
-    for key in config:
+    for key, value in config.items():
         if key not in fields:
             reserved = " (set it as the spec row's own key)" if key in ("seed", "size") else ""
             raise ConfigError(
@@ -100,7 +100,49 @@ def check_config(task: str, config: Any) -> dict[str, Any]:
                 f"{did_you_mean(str(key), fields)} Its options: "
                 f"{', '.join(f'{k}={v!r}' for k, v in fields.items()) or 'none'}"
             )
+        expected = _expected_type(fields[key])
+        if expected is not None and not _fits(value, fields[key]):
+            raise ConfigError(
+                f"reasoning-gym task {task!r}: option {key!r} expects {expected} (its default "
+                f"is {fields[key]!r}), got {value!r}"
+            )
     return dict(config)
+
+
+def _expected_type(default: Any) -> str | None:
+    """What a value of an option with this default must be (None: not checked here)."""
+    kinds = (
+        (bool, "true or false"), (int, "an integer"), (float, "a number"), (str, "a string"),
+        (list | tuple, "a list"), (dict, "an object"),
+    )  # fmt: skip
+    for kind, name in kinds:
+        if isinstance(default, kind):
+            return name
+    return None
+
+
+def _fits(value: Any, default: Any) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(default, str):
+        return isinstance(value, str)
+    if isinstance(default, list | tuple):
+        return isinstance(value, list | tuple)
+    return isinstance(value, dict) if isinstance(default, dict) else True
+
+
+def with_env_args(row: Any, env_args: Mapping[str, Any] | None) -> Any:
+    """The spec row with the run's ``--env-args`` laid over its ``config`` (checked with it)."""
+    if not env_args or not isinstance(row, Mapping):
+        return row
+    config = row.get("config") or {}
+    if not isinstance(config, Mapping):
+        return row  # parse_spec names the bad 'config'
+    return {**row, "config": {**config, **env_args}}
 
 
 def parse_spec(row: Mapping[str, Any], *, task: str | None = None) -> RgSpec:

@@ -1,0 +1,1 @@
+"""verifiers environments (the ``verifiers.v1`` API) as areno loaders, rewards and an agent."""
