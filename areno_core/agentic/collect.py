@@ -35,6 +35,7 @@ import attrs
 import torch
 
 from areno_core.agentic.conversations import conversation_paths, untrained_spans
+from areno_core.agentic.isolation import ISOLATED_GRACE_S, blocked_samples_left, still_blocked
 from areno_core.agentic.records import ServedCompletion
 from areno_core.agentic.runner import abandoned_agents, run_agent_fn
 from areno_core.agentic.server import AgentServer
@@ -71,8 +72,10 @@ AgentFn = Callable[[AgentContext, AgentBatch], Any]
 _LEAVES = (AgentTrajectoryTurn, AgentTrajectory, AgentFailure)
 
 
-# Steps stop once this many agent runs ignored their deadline and still run in the background.
+# Steps stop once this many agent runs ignored their deadline and still run in the background,
+# or this many samples run on isolated threads did.
 MAX_ABANDONED_AGENTS = 3
+MAX_BLOCKED_SAMPLES = 64
 
 
 class AgentError(UserCodeError):
@@ -274,6 +277,12 @@ def collect_agentic_groups(
             "in code that cannot be interrupted (see 'What agent code must not do' in "
             "docs/agentic.md)"
         )
+    if blocked_samples_left() >= MAX_BLOCKED_SAMPLES:
+        raise AgentError(
+            f"{blocked_samples_left()} samples of earlier steps ignored their deadline and are "
+            "still blocked on threads of their own; the agent blocks in code that cannot be "
+            "interrupted (see 'What agent code must not do' in docs/agentic.md)"
+        )
     t0 = time.perf_counter()
     with AgentServer(
         engine,
@@ -293,6 +302,8 @@ def collect_agentic_groups(
             timeout_s=timeout_s,
         )
         outcome = run_agent_fn(agent_fn, ctx, batch, timeout_s=timeout_s)
+    # Samples cancelled by the agent's deadline get their grace now; the others had theirs.
+    blocked = still_blocked(ctx.sample_threads, 0.5 if outcome.completed else ISOLATED_GRACE_S)
     records = dict(server.records)
     t1 = time.perf_counter()
 
@@ -318,7 +329,9 @@ def collect_agentic_groups(
         first_error = problems[0]  # it explains the samples that came back empty
     if outcome.error is not None:
         first_error = outcome.error
-        missing = sum(1 for s in samples.values() if s.failure is None and not s.turns)
+        missing = sum(
+            1 for s in samples.values() if s.failure is None and not (s.turns or s.finished)
+        )
         counts["timeouts"] += missing if outcome.timed_out else 0
         logger.warning(
             "the agent function failed (%d of %d samples kept):\n%s",
@@ -331,9 +344,10 @@ def collect_agentic_groups(
             logger,
             "agentic.blocked_loop",
             "the agent blocked its event loop for %.1f s in all (longest %.1f s): while it "
-            "blocks, no other sample makes progress and per-sample timeouts cannot fire. Use "
-            "awaitable calls (AsyncOpenAI, asyncio.sleep, asyncio.create_subprocess_exec) or "
-            "wrap blocking ones in 'await asyncio.to_thread(...)'",
+            "blocks, no other sample makes progress and per-sample timeouts cannot fire. Let "
+            "ctx.run_each's function create its own client (each sample then runs on an event "
+            "loop of its own), use awaitable calls (AsyncOpenAI, asyncio.sleep) or wrap "
+            "blocking ones in 'await asyncio.to_thread(...)'",
             outcome.blocked_s,
             outcome.longest_block_s,
         )
@@ -362,6 +376,7 @@ def collect_agentic_groups(
             "rollout/agent_bad_results": float(len(problems)),
             "rollout/agent_abandoned": float(outcome.abandoned),
             "rollout/agent_blocked_s": outcome.blocked_s,
+            "rollout/agent_blocked_samples": float(blocked),
             "rollout/context_overflow": counts["overflow"],
             "rollout/agent_history_rewrites": float(
                 sum(t.metadata["history_rewrites"] for t in kept)
