@@ -339,7 +339,7 @@ def collect_agentic_groups(
             len(agent_items),
             outcome.error,
         )
-    if outcome.longest_block_s > 1.0:
+    if outcome.longest_block_s > 1.0 and not ctx.sample_threads:  # samples on the agent's loop
         warn_once(
             logger,
             "agentic.blocked_loop",
