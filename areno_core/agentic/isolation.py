@@ -71,8 +71,9 @@ def _bound_to_a_loop(value: Any) -> bool:
 
 
 def _children(value: Any, skip: tuple[type, ...]) -> Iterable[Any]:
-    """What ``value`` holds that ``fn`` might await on: closure cells, default arguments,
-    bound ``self``, ``functools.partial`` arguments, container entries, attributes."""
+    """What ``value`` holds that ``fn`` might await on: closure cells, default arguments, the
+    module globals a function reads, bound ``self``, ``functools.partial`` arguments, container
+    entries, attributes."""
     if isinstance(value, (*_LEAF_TYPES, *skip)):
         return ()
     if isinstance(value, types.FunctionType):
@@ -80,7 +81,9 @@ def _children(value: Any, skip: tuple[type, ...]) -> Iterable[Any]:
         for cell in value.__closure__ or ():
             with contextlib.suppress(ValueError):  # an empty cell
                 cells.append(cell.cell_contents)
-        return (*cells, *(value.__defaults__ or ()), *(value.__kwdefaults__ or {}).values())
+        named = _global_names(value.__code__)
+        used = [value.__globals__[name] for name in named if name in value.__globals__]
+        return (*cells, *(value.__defaults__ or ()), *(value.__kwdefaults__ or {}).values(), *used)
     if isinstance(value, types.MethodType):
         return (value.__func__, value.__self__)
     if isinstance(value, functools.partial):
@@ -100,11 +103,20 @@ def _children(value: Any, skip: tuple[type, ...]) -> Iterable[Any]:
     return found
 
 
+def _global_names(code: types.CodeType) -> set[str]:
+    """The global names ``code`` and the functions, lambdas and comprehensions in it read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
 def shared_loop_object(fn: Any, *, skip: tuple[type, ...] = ()) -> Any:
     """The first object bound to an event loop (an async client, an asyncio primitive) that
-    ``fn`` reaches through what it closes over, its defaults, its ``self`` or its partial
-    arguments, nearest first; None when there is none (or the search gives up, after
-    :data:`MAX_OBJECTS` objects). Instances of ``skip`` are not searched."""
+    ``fn`` reaches through what it closes over, its defaults, the globals it reads, its
+    ``self`` or its partial arguments, nearest first; None when there is none (or the search
+    gives up, after :data:`MAX_OBJECTS` objects). Instances of ``skip`` are not searched."""
     seen: set[int] = set()
     queue: collections.deque[tuple[Any, int]] = collections.deque([(fn, 0)])
     while queue and len(seen) < MAX_OBJECTS:

@@ -57,6 +57,9 @@ def test_shared_loop_object_finds_clients_and_asyncio_objects_made_outside() -> 
     assert isinstance(shared_loop_object(lambda item: takes(item, framework)), httpx.AsyncClient)
     assert shared_loop_object(own_client) is None
     assert shared_loop_object(lambda item: own_client(item)) is None
+    module = {"client": client}  # a global the function reads, here inside a comprehension
+    exec("async def reads_global(item):\n    return [client for _ in range(1)]", module)
+    assert shared_loop_object(module["reads_global"]) is client
     # a sync client is safe to share between threads
     sync = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="k")
     assert shared_loop_object(lambda item: takes(item, sync)) is None
