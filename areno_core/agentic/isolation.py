@@ -178,6 +178,12 @@ async def run_isolated(
         cancel()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(answer), ISOLATED_GRACE_S)
+        if not answer.done():
+            raise TimeoutError(
+                f"sample timed out after {budget:g} s and was still blocked "
+                f"{ISOLATED_GRACE_S:g} s after being cancelled (time.sleep, a synchronous "
+                "call?); its thread was left to end on its own"
+            ) from None
         raise TimeoutError from None
     except asyncio.CancelledError:
         cancel()

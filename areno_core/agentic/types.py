@@ -142,10 +142,9 @@ class AgentContext:
                         result: Any = await run_isolated(fn, item, budget, self.sample_threads)
                     else:
                         result = await asyncio.wait_for(fn(item), budget)
-                except TimeoutError:
-                    result = AgentFailure(
-                        item=item, kind="timeout", error=f"sample timed out after {budget:g} s"
-                    )
+                except TimeoutError as exc:
+                    why = str(exc) or f"sample timed out after {budget:g} s"
+                    result = AgentFailure(item=item, kind="timeout", error=why)
                 except Exception as exc:
                     result = AgentFailure(
                         item=item, kind="error", error="".join(traceback.format_exception(exc))

@@ -89,6 +89,7 @@ def test_run_each_isolates_by_default_so_a_blocked_sample_stalls_only_itself() -
     finally:
         release.set()
     assert isinstance(results[0], AgentFailure) and results[0].kind == "timeout"
+    assert "still blocked 2 s after being cancelled" in results[0].error
     assert [r.reward for r in results[1:]] == [1.0, 2.0]
     assert len(set(loops.values())) == 3 and agent_loop not in loops.values()
     assert still_blocked(ctx.sample_threads, 5.0) == 0
