@@ -1,10 +1,11 @@
 """Agents written with real agent frameworks train unchanged under ``areno train``.
 
 ``examples/agentic/frameworks/`` holds a tic-tac-toe player written with the OpenAI Agents SDK
-(returns a reward per sample) and one written with LangGraph + ``langchain-openai`` (returns
-nothing; the recipe's reward function scores the final conversation). Each plays a multi-turn
-tool-calling episode (a forced ``choose_square`` call, the tool's result, the model's reply)
-against the sample's own URL. The frameworks come from the ``agents`` extra, which
+(returns a reward per sample), one written with LangGraph + ``langchain-openai`` (returns
+nothing; the recipe's reward function scores the final conversation) and one written with
+smolagents (synchronous, streaming, returns a reward). Each plays a multi-turn tool-calling
+episode (a ``choose_square`` call, the tool's result, the model's next reply) against the
+sample's own URL. The frameworks come from the ``agents`` extra, which
 ``scripts/dev.sh test`` installs; their tracing is off (nothing leaves the machine).
 
 The check: every row areno trains on is made of exactly what the endpoint served to that sample
@@ -119,4 +120,39 @@ def test_framework_agent_trains_on_exactly_the_served_tokens(
     assert step["rollout/agent_errors"] == 0 and step["rollout/agent_mismatches"] == 0
     assert step["rollout/agent_branches"] == 0  # the framework re-sent the history verbatim
     assert step["rollout/agent_requests"] >= 8
+    assert step["train/target_tokens"] == sum(sum(t.loss_mask) for t in rows)
+
+
+def test_smolagents_agent_trains_on_exactly_the_served_tokens(
+    tmp_path: Path, captured: list[tuple[Any, list[Any]]]
+) -> None:
+    """smolagents' ToolCallingAgent, synchronous and streaming, resends its history as text:
+    each request after a tool call is a conversation of its own, and the rows are still exactly
+    the served tokens, each trained once, all with the sample's reward."""
+    run = tmp_path / "run"
+    run_areno(
+        "train", "--recipe", "agentic/tictactoe-cpu", "--algo", "grpo", "--temperature", "0.3",
+        "--agent-fn", str(FRAMEWORKS / "smolagents_tictactoe.py"), "--max-prompt-tokens", "1024",
+        "--batch-size", "2", "--n-samples", "2", "--mini-bs", "4", "--max-steps", "1",
+        "--save-path", str(run),
+    )  # fmt: skip
+    (server, groups) = captured[0]
+    records = dict(server.records)
+    assert _check_rows_are_served_tokens(records, groups) >= 8
+    requests: dict[tuple[int, int], list[Any]] = {}
+    for record in records.values():
+        requests.setdefault(record.sample, []).append(record)
+    assert sorted(requests) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    observed = 0
+    for served in requests.values():
+        assert len(served) >= 2  # a call, then smolagents' feedback and the next call
+        later = " ".join(str(m.get("content")) for r in served[1:] for m in r.messages)
+        observed += "Observation:" in later  # the tool ran and its result went back
+    assert observed >= 1
+    rows = [t for g in groups for t in g.trajectories]
+    assert {row.metadata["reward_source"] for row in rows} == {"agent"}
+    (step,) = [json.loads(line) for line in (run / "tensorboard" / "metrics.jsonl").open()]
+    assert step["rollout/agent_errors"] == 0 and step["rollout/agent_mismatches"] == 0
+    assert step["rollout/agent_branches"] == len(rows) - 4 >= observed
+    assert step["rollout/tool_calls_mean"] > 0
     assert step["train/target_tokens"] == sum(sum(t.loss_mask) for t in rows)

@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from areno_core.agentic.schema import ChatRequest, RequestError, parse_chat_request
+from areno_core.agentic.sse import StreamingEndpoint, sse_events
 from areno_core.log import get_logger
 
 logger = get_logger(__name__)
@@ -37,12 +38,13 @@ class EndpointJob(Protocol):
     response_id: str
     created: int
     deadline: float
-    tokens: asyncio.Queue[tuple[int, int]] | None
+    tokens: asyncio.Queue[tuple[int, int, float | None]] | None
 
 
-class Endpoint(Protocol):
+class Endpoint(StreamingEndpoint, Protocol):
     """What the app asks of the endpoint it serves (:class:`areno_core.agentic.server.AgentServer`
-    is the real one): its limits and key, and the life of a request."""
+    is the real one): its limits and key, and the life of a request (cancelling it and the
+    streamed text and logprobs come from :class:`~areno_core.agentic.sse.StreamingEndpoint`)."""
 
     api_key: str
     in_flight: int
@@ -66,17 +68,10 @@ class Endpoint(Protocol):
 
     def submit(self, job: Any) -> asyncio.Future[tuple[int, dict[str, Any]]]: ...
 
-    def cancel(self, job: Any, *, timed_out: bool) -> None: ...
-
-    def timeout_payload(self) -> dict[str, Any]: ...
-
-    def stream_text(self, job: Any, tokens: Sequence[int]) -> str: ...
-
 
 ROUTES = {"/v1/models": "GET", "/v1/chat/completions": "POST"}
 SAMPLE_PREFIX = "/sample/"  # /sample/<segment>/v1/...: a request of one sample (see server.py)
 MODEL_PREFIX = "/v1/models/"
-SSE_KEEPALIVE_S = 15.0
 MAX_QUERY_BYTES = 1024  # no route takes a query; OpenAI clients send none
 
 
@@ -270,7 +265,7 @@ def build_app(server: Endpoint) -> ASGIApp:
         if parsed.wants_stream:
             include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
             return StreamingResponse(
-                _sse(server, job, future, include_usage),
+                sse_events(server, job, future, include_usage),
                 media_type="text/event-stream",
                 headers={**headers, "cache-control": "no-cache", "x-accel-buffering": "no"},
             )
@@ -338,156 +333,4 @@ async def _answer(
     return 504, server.timeout_payload()
 
 
-def _event(payload: Any) -> str:
-    return f"data: {json.dumps(payload)}\n\n"
-
-
-async def _sse(
-    server: Endpoint, job: EndpointJob, future: asyncio.Future[Any], include_usage: bool
-) -> AsyncIterator[str]:
-    """Server-sent events for a streamed request: the text as it is sampled (when the engine
-    reports tokens), keep-alive comments while waiting, then the rest of each choice, its tool
-    calls and its end, then ``[DONE]``. Errors after the stream has started arrive as an event
-    with an ``error`` object, which the OpenAI client raises."""
-    loop = asyncio.get_running_loop()
-    finished = False
-    sampled: dict[int, list[int]] = {}
-    sent: dict[int, str] = {}
-    try:
-        while True:
-            remaining = job.deadline - loop.time()
-            if remaining <= 0:
-                server.cancel(job, timed_out=True)
-                yield _event(server.timeout_payload())
-                break
-            waiters: set[asyncio.Future[Any]] = {future}
-            getter = asyncio.ensure_future(job.tokens.get()) if job.tokens is not None else None
-            if getter is not None:
-                waiters.add(getter)
-            done, _ = await asyncio.wait(
-                waiters,
-                timeout=min(remaining, SSE_KEEPALIVE_S),
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            if getter is not None and getter not in done:
-                getter.cancel()
-            if getter is not None and getter in done:
-                for choice, delta in _text_deltas(server, job, getter.result(), sampled, sent):
-                    yield _event(_content_chunk(job, choice, delta, first=delta == sent[choice]))
-                if not future.done():
-                    continue
-            if not done:
-                yield ": keep-alive\n\n"
-                continue
-            status, payload = future.result()
-            if status != 200:
-                yield _event(payload)
-            else:
-                for chunk in stream_chunks(payload, include_usage=include_usage, sent=sent):
-                    yield _event(chunk)
-            break
-        yield "data: [DONE]\n\n"
-        finished = True
-    finally:
-        if not finished and not future.done():
-            server.cancel(job, timed_out=False)
-
-
-def _text_deltas(
-    server: Endpoint,
-    job: EndpointJob,
-    first: tuple[int, int],
-    sampled: dict[int, list[int]],
-    sent: dict[int, str],
-) -> list[tuple[int, str]]:
-    """Take ``first`` and every token already queued; the new text per choice."""
-    entries = [first]
-    assert job.tokens is not None
-    while not job.tokens.empty():
-        entries.append(job.tokens.get_nowait())
-    for choice, token in entries:
-        sampled.setdefault(choice, []).append(token)
-    out = []
-    for choice in sorted({c for c, _ in entries}):
-        text = server.stream_text(job, sampled[choice])
-        before = sent.get(choice, "")
-        if len(text) > len(before) and text.startswith(before):
-            sent[choice] = text
-            out.append((choice, text[len(before) :]))
-    return out
-
-
-def _content_chunk(job: EndpointJob, choice: int, text: str, *, first: bool) -> dict[str, Any]:
-    delta: dict[str, Any] = {"content": text}
-    if first:
-        delta = {"role": "assistant", "content": text, "refusal": None}
-    return {
-        "id": job.response_id,
-        "object": "chat.completion.chunk",
-        "created": job.created,
-        "model": job.model,
-        "system_fingerprint": None,
-        "choices": [{"index": choice, "delta": delta, "logprobs": None, "finish_reason": None}],
-    }
-
-
-def stream_chunks(
-    payload: Mapping[str, Any], *, include_usage: bool, sent: Mapping[int, str] | None = None
-) -> Iterator[dict[str, Any]]:
-    """A ``chat.completion`` payload as ``chat.completion.chunk`` objects: per choice, one
-    chunk with the message (role, content, tool calls with their ``index``, logprobs) and one
-    with its ``finish_reason`` and the ``areno`` extension; then the usage chunk when asked
-    for. ``sent``: the content already streamed per choice; only the rest is sent (the role
-    too only when nothing was)."""
-    sent = sent or {}
-    base = {
-        "id": payload["id"],
-        "object": "chat.completion.chunk",
-        "created": payload["created"],
-        "model": payload["model"],
-        "system_fingerprint": None,
-    }
-    extra = {"usage": None} if include_usage else {}
-    for choice in payload["choices"]:
-        message = choice["message"]
-        content, before = message.get("content"), sent.get(choice["index"], "")
-        delta: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
-        if before:
-            # Streamed text is a prefix of the content unless a reply that started as text
-            # turned into a call with whitespace around it; the client then keeps what it got.
-            rest = content[len(before) :] if content and content.startswith(before) else ""
-            delta = {"content": rest} if rest else {}
-        if message.get("tool_calls"):
-            delta["tool_calls"] = [
-                {"index": k, **call} for k, call in enumerate(message["tool_calls"])
-            ]
-        yield {
-            **base,
-            "choices": [
-                {
-                    "index": choice["index"],
-                    "delta": delta,
-                    "logprobs": choice.get("logprobs"),
-                    "finish_reason": None,
-                }
-            ],
-            **extra,
-        }
-        yield {
-            **base,
-            "choices": [
-                {
-                    "index": choice["index"],
-                    "delta": {},
-                    "logprobs": None,
-                    "finish_reason": choice["finish_reason"],
-                    "areno": choice["areno"],
-                }
-            ],
-            **extra,
-        }
-    if include_usage:
-        yield {**base, "choices": [], "usage": payload["usage"]}
-
-
-__all__ = ["Guard", "bearer_token", "build_app", "stream_chunks"]
+__all__ = ["Guard", "bearer_token", "build_app"]

@@ -35,8 +35,9 @@ import attrs
 import torch
 
 from areno_core.agentic.conversations import conversation_paths, untrained_spans
+from areno_core.agentic.isolation import ISOLATED_GRACE_S, blocked_samples_left, still_blocked
 from areno_core.agentic.records import ServedCompletion
-from areno_core.agentic.runner import abandoned_agents, run_agent_fn
+from areno_core.agentic.runner import AgentOutcome, abandoned_agents, run_agent_fn
 from areno_core.agentic.server import AgentServer
 from areno_core.agentic.trajectory import (
     TurnMismatchError,
@@ -71,8 +72,10 @@ AgentFn = Callable[[AgentContext, AgentBatch], Any]
 _LEAVES = (AgentTrajectoryTurn, AgentTrajectory, AgentFailure)
 
 
-# Steps stop once this many agent runs ignored their deadline and still run in the background.
+# Steps stop once this many agent runs ignored their deadline and still run in the background,
+# or this many samples run on isolated threads did.
 MAX_ABANDONED_AGENTS = 3
+MAX_BLOCKED_SAMPLES = 64
 
 
 class AgentError(UserCodeError):
@@ -267,6 +270,66 @@ def collect_agentic_groups(
 
     ``model`` scores tool-result tokens for ``train_tool_results`` (default: ``engine.model``).
     """
+    _refuse_if_agents_pile_up()
+    started = time.perf_counter()
+    run = _run_agent(
+        items,
+        agent_fn,
+        AgentServer(
+            engine,
+            tokenizer,
+            sampling_defaults=sampling,
+            disable_thinking=disable_thinking,
+            timeout_s=timeout_s,
+            generator=generator,
+        ),
+        n_samples=n_samples,
+        timeout_s=timeout_s,
+        max_concurrency=max_concurrency,
+    )
+    agent_done = time.perf_counter()
+    leaves, problems = _collect_leaves(run.outcome, run.items)
+    samples = _group_leaves(leaves, run.items, problems)
+    built, counts, first_error = _build(
+        samples,
+        items,
+        tokenizer,
+        train_tool_results,
+        run.records,
+        max_context_len,
+        completed=run.outcome.completed,
+    )
+    _report_failures(run, samples, built, counts, problems, first_error)
+    if train_tool_results:
+        _score_tool_tokens(
+            built, model if model is not None else getattr(engine, "model", None), sampling
+        )
+    reward_errors = _reward(built, scorer, tokenizer, items, run.records)
+    rewarded = time.perf_counter()
+    groups = _groups(items, built)
+    metrics = _metrics(groups, items, built, counts, problems, run, reward_errors)
+    metrics.update({"time/agent": agent_done - started, "time/reward": rewarded - agent_done})
+    return groups, metrics
+
+
+@attrs.define
+class _AgentRun:
+    """What the agent did in one step: its samples, how it ended, what the endpoint served."""
+
+    items: list[AgentItem]
+    outcome: AgentOutcome
+    records: dict[str, ServedCompletion]
+    stats: dict[str, float]
+    """The endpoint's request counters."""
+    blocked: int
+    """Samples whose threads were still blocked at the end (``rollout/agent_blocked_samples``)."""
+    isolated: bool
+    """Some samples ran on threads of their own (``ctx.run_each``)."""
+
+
+def _refuse_if_agents_pile_up() -> None:
+    """Stop before the step when earlier agents or samples that ignored their deadline are
+    still running: each holds a thread, and the next step would likely add one."""
     if abandoned_agents() >= MAX_ABANDONED_AGENTS:
         raise AgentError(
             f"{abandoned_agents()} earlier agent runs ignored their deadline "
@@ -274,15 +337,26 @@ def collect_agentic_groups(
             "in code that cannot be interrupted (see 'What agent code must not do' in "
             "docs/agentic.md)"
         )
-    t0 = time.perf_counter()
-    with AgentServer(
-        engine,
-        tokenizer,
-        sampling_defaults=sampling,
-        disable_thinking=disable_thinking,
-        timeout_s=timeout_s,
-        generator=generator,
-    ) as server:
+    if blocked_samples_left() >= MAX_BLOCKED_SAMPLES:
+        raise AgentError(
+            f"{blocked_samples_left()} samples of earlier steps ignored their deadline and are "
+            "still blocked on threads of their own; the agent blocks in code that cannot be "
+            "interrupted (see 'What agent code must not do' in docs/agentic.md)"
+        )
+
+
+def _run_agent(
+    items: Sequence[PromptItem],
+    agent_fn: AgentFn,
+    server: AgentServer,
+    *,
+    n_samples: int,
+    timeout_s: float,
+    max_concurrency: int | None,
+) -> _AgentRun:
+    """Start the step's endpoint (``server``), run the agent against it to its deadline, and
+    keep what the endpoint served."""
+    with server:
         agent_items = _agent_items(items, n_samples, server.sample_base_url)
         batch = AgentBatch(items=tuple(agent_items), n_samples=n_samples)
         ctx = AgentContext(
@@ -293,20 +367,29 @@ def collect_agentic_groups(
             timeout_s=timeout_s,
         )
         outcome = run_agent_fn(agent_fn, ctx, batch, timeout_s=timeout_s)
-    records = dict(server.records)
-    t1 = time.perf_counter()
-
-    leaves, problems = _collect_leaves(outcome, agent_items)
-    samples = _group_leaves(leaves, agent_items, problems)
-    built, counts, first_error = _build(
-        samples,
-        items,
-        tokenizer,
-        train_tool_results,
-        records,
-        max_context_len,
-        completed=outcome.completed,
+    # Samples cancelled by the agent's deadline get their grace now; the others had theirs.
+    blocked = still_blocked(ctx.sample_threads, 0.5 if outcome.completed else ISOLATED_GRACE_S)
+    return _AgentRun(
+        items=agent_items,
+        outcome=outcome,
+        records=dict(server.records),
+        stats=server.stats,
+        blocked=blocked,
+        isolated=bool(ctx.sample_threads),
     )
+
+
+def _report_failures(
+    run: _AgentRun,
+    samples: Mapping[tuple[int, int], _Sample],
+    built: list[_Built],
+    counts: dict[str, float],
+    problems: list[str],
+    first_error: str | None,
+) -> None:
+    """Log what went wrong with the agent's results and count the samples a failed agent left
+    unfinished as timeouts; raise :class:`AgentError` when no sample survived a failure."""
+    outcome = run.outcome
     if problems:
         warn_once(
             logger,
@@ -318,40 +401,46 @@ def collect_agentic_groups(
         first_error = problems[0]  # it explains the samples that came back empty
     if outcome.error is not None:
         first_error = outcome.error
-        missing = sum(1 for s in samples.values() if s.failure is None and not s.turns)
+        missing = sum(
+            1 for s in samples.values() if s.failure is None and not (s.turns or s.finished)
+        )
         counts["timeouts"] += missing if outcome.timed_out else 0
         logger.warning(
             "the agent function failed (%d of %d samples kept):\n%s",
             len(built),
-            len(agent_items),
+            len(run.items),
             outcome.error,
         )
-    if outcome.longest_block_s > 1.0:
+    if outcome.longest_block_s > 1.0 and not run.isolated:  # samples on the agent's loop
         warn_once(
             logger,
             "agentic.blocked_loop",
             "the agent blocked its event loop for %.1f s in all (longest %.1f s): while it "
-            "blocks, no other sample makes progress and per-sample timeouts cannot fire. Use "
-            "awaitable calls (AsyncOpenAI, asyncio.sleep, asyncio.create_subprocess_exec) or "
-            "wrap blocking ones in 'await asyncio.to_thread(...)'",
+            "blocks, no other sample makes progress and per-sample timeouts cannot fire. Let "
+            "ctx.run_each's function create its own client (each sample then runs on an event "
+            "loop of its own), use awaitable calls (AsyncOpenAI, asyncio.sleep) or wrap "
+            "blocking ones in 'await asyncio.to_thread(...)'",
             outcome.blocked_s,
             outcome.longest_block_s,
         )
     if not built and (counts["errors"] or counts["mismatches"] or problems):
         failed = counts["errors"] + counts["mismatches"]
         raise AgentError(
-            f"no agentic sample survived this step ({failed:.0f} of {len(agent_items)} "
+            f"no agentic sample survived this step ({failed:.0f} of {len(run.items)} "
             f"failed). First error:\n{first_error}"
         )
-    if train_tool_results:
-        _score_tool_tokens(
-            built, model if model is not None else getattr(engine, "model", None), sampling
-        )
 
-    reward_errors = _reward(built, scorer, tokenizer, items, records)
-    t2 = time.perf_counter()
 
-    groups = _groups(items, built)
+def _metrics(
+    groups: list[TrajectoryGroup],
+    items: Sequence[PromptItem],
+    built: list[_Built],
+    counts: Mapping[str, float],
+    problems: list[str],
+    run: _AgentRun,
+    reward_errors: int,
+) -> dict[str, float]:
+    """The step's ``rollout/*`` metrics (see docs/agentic.md, "Metrics")."""
     metrics = rollout_metrics(groups, skipped=len(items) - len(groups), reward_errors=reward_errors)
     kept = [t for g in groups for t in g.trajectories]
     metrics.update(
@@ -360,17 +449,16 @@ def collect_agentic_groups(
             "rollout/agent_timeouts": counts["timeouts"],
             "rollout/agent_mismatches": counts["mismatches"],
             "rollout/agent_bad_results": float(len(problems)),
-            "rollout/agent_abandoned": float(outcome.abandoned),
-            "rollout/agent_blocked_s": outcome.blocked_s,
+            "rollout/agent_abandoned": float(run.outcome.abandoned),
+            "rollout/agent_blocked_s": run.outcome.blocked_s,
+            "rollout/agent_blocked_samples": float(run.blocked),
             "rollout/context_overflow": counts["overflow"],
             "rollout/agent_history_rewrites": float(
                 sum(t.metadata["history_rewrites"] for t in kept)
             ),
             "rollout/agent_branches": float(sum(1 for b in built if not b.main)),
-            "rollout/agent_requests": server.stats["requests"],
-            "rollout/agent_generate_calls": server.stats["generate_calls"],
-            "time/agent": t1 - t0,
-            "time/reward": t2 - t1,
+            "rollout/agent_requests": run.stats["requests"],
+            "rollout/agent_generate_calls": run.stats["generate_calls"],
         }
     )
     if kept:
@@ -379,7 +467,7 @@ def collect_agentic_groups(
         metrics["rollout/turns_mean"] = float(turns.mean())
         metrics["rollout/turns_max"] = float(turns.max())
         metrics["rollout/tool_calls_mean"] = float(calls.mean())
-    return groups, metrics
+    return metrics
 
 
 @attrs.define
@@ -402,6 +490,8 @@ def _build(
     *,
     completed: bool = True,
 ) -> tuple[list[_Built], dict[str, float], str | None]:
+    """The rows of every sample that is kept, the counts of those dropped (errors, timeouts,
+    rows over ``max_context_len``, mismatches with the records) and the first error."""
     built: list[_Built] = []
     counts = {"errors": 0.0, "timeouts": 0.0, "overflow": 0.0, "mismatches": 0.0}
     first_error: str | None = None
@@ -409,56 +499,20 @@ def _build(
     served = _served_by_sample(records)
     mismatches = _verify(samples, items, records, served)
     for key, sample in samples.items():
-        problem: str | None = None
-        rows: list[_Built] = []
         if key in mismatches:
             counts["mismatches"] += 1
             first_mismatch = first_mismatch or mismatches[key]
             continue
         if sample.failure is not None:
-            problem = sample.failure.error
             counts["timeouts"] += sample.failure.kind == "timeout"
-        elif not sample.turns and not served.get(key):
-            problem = (
-                f"the agent returned no turns for sample {key} and made no request through "
-                "its URL (item.base_url)"
-            )
-        elif not sample.turns and not (completed or sample.finished):
-            problem = (
-                f"sample {key} made requests through its URL but the agent function did not "
-                "finish (it failed or timed out), so the sample is not known to be done"
-            )
-        else:
-            try:  # from the records (verified above), never from the agent's copy
-                if sample.turns:
-                    trajectory = build_trajectory(
-                        sample.turns,
-                        tokenizer,
-                        train_tool_results=train_tool_results,
-                        records=records,
-                    )
-                    rows = [_Built(sample, trajectory, list(sample.turns))]
-                else:
-                    rows = _rows_from_records(
-                        sample, served[key], tokenizer, train_tool_results, records
-                    )
-            except Exception as exc:
-                problem = "".join(traceback.format_exception(exc))
+        rows, problem = _sample_rows(
+            sample, served.get(key, []), tokenizer, train_tool_results, records, completed
+        )
         if problem is not None:
             counts["errors"] += 1
             first_error = first_error or problem
             continue
-        kept = []
-        for row in rows:
-            if max_context_len is not None and len(row.trajectory.input_ids) > max_context_len:
-                counts["overflow"] += 1
-                continue
-            row.trajectory.prompt_index = sample.item.prompt_index
-            row.trajectory.sample_index = sample.item.sample_index
-            kept.append(row)
-        if kept and not any(row.main for row in kept):
-            kept[-1].main = True  # the scored row overflowed: score the latest one kept
-        built.extend(kept)
+        built.extend(_within_context(rows, max_context_len, counts))
     if counts["errors"] and built:
         warn_once(
             logger,
@@ -476,6 +530,58 @@ def _build(
             first_mismatch,
         )
     return built, counts, first_error or first_mismatch
+
+
+def _sample_rows(
+    sample: _Sample,
+    served: Sequence[ServedCompletion],
+    tokenizer: Any,
+    train_tool_results: bool,
+    records: Mapping[str, ServedCompletion],
+    completed: bool,
+) -> tuple[list[_Built], str | None]:
+    """One sample's rows, from its turns or else from what its URL served (``served``), or
+    why it has none."""
+    key = sample.item.key
+    if sample.failure is not None:
+        return [], sample.failure.error
+    if not sample.turns and not served:
+        return [], (
+            f"the agent returned no turns for sample {key} and made no request through "
+            "its URL (item.base_url)"
+        )
+    if not sample.turns and not (completed or sample.finished):
+        return [], (
+            f"sample {key} made requests through its URL but the agent function did not "
+            "finish (it failed or timed out), so the sample is not known to be done"
+        )
+    try:  # from the records (verified already), never from the agent's copy
+        if not sample.turns:
+            return _rows_from_records(sample, served, tokenizer, train_tool_results, records), None
+        trajectory = build_trajectory(
+            sample.turns, tokenizer, train_tool_results=train_tool_results, records=records
+        )
+        return [_Built(sample, trajectory, list(sample.turns))], None
+    except Exception as exc:
+        return [], "".join(traceback.format_exception(exc))
+
+
+def _within_context(
+    rows: list[_Built], max_context_len: int | None, counts: dict[str, float]
+) -> list[_Built]:
+    """``rows`` without those longer than ``max_context_len`` (counted as overflow), placed at
+    their sample's prompt and sample index."""
+    kept = []
+    for row in rows:
+        if max_context_len is not None and len(row.trajectory.input_ids) > max_context_len:
+            counts["overflow"] += 1
+            continue
+        row.trajectory.prompt_index = row.sample.item.prompt_index
+        row.trajectory.sample_index = row.sample.item.sample_index
+        kept.append(row)
+    if kept and not any(row.main for row in kept):
+        kept[-1].main = True  # the scored row overflowed: score the latest one kept
+    return kept
 
 
 def _served_by_sample(

@@ -123,13 +123,13 @@ class Job:
     loop: asyncio.AbstractEventLoop | None = None
     sample: tuple[int, int] | None = None
     """The sample whose URL the request came through (None: the shared URL)."""
-    tokens: asyncio.Queue[tuple[int, int]] | None = None
+    tokens: asyncio.Queue[tuple[int, int, float | None]] | None = None
+    """Streamed requests on an engine that reports tokens as they are sampled: ``(choice,
+    token id, logprob or None)`` as they come (see :mod:`areno_core.agentic.sse`)."""
     response_id: str = attrs.Factory(lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = attrs.Factory(lambda: int(time.time()))
-    """Streamed requests on an engine that reports tokens as they are sampled: ``(choice,
-    token id)`` as they come (see :meth:`AgentServer.stream_text`)."""
 
-    def push_tokens(self, entries: list[tuple[int, int]]) -> None:
+    def push_tokens(self, entries: list[tuple[int, int, float | None]]) -> None:
         """Hand sampled tokens to the streaming handler (from the scheduler thread)."""
         queue, loop = self.tokens, self.loop
         if queue is None or loop is None or self.cancelled:
@@ -755,17 +755,48 @@ class AgentServer:
                 job.top_logprobs,
                 temperature,
             )
-        content = []
-        for k, (token, value) in enumerate(zip(choice.token_ids, choice.logprobs, strict=True)):
-            text, raw = self._token_text(token)
-            alternatives = []
-            for alt, alt_value in top[k] if top else ():
-                alt_text, alt_raw = self._token_text(alt)
-                alternatives.append({"token": alt_text, "logprob": alt_value, "bytes": alt_raw})
-            content.append(
-                {"token": text, "logprob": value, "bytes": raw, "top_logprobs": alternatives}
-            )
+        content = [
+            self._logprob_entry(token, value, top[k] if top else ())
+            for k, (token, value) in enumerate(zip(choice.token_ids, choice.logprobs, strict=True))
+        ]
         return {"content": content, "refusal": None}
+
+    def _logprob_entry(
+        self, token: int, value: float, top: Sequence[tuple[int, float]] = ()
+    ) -> dict[str, Any]:
+        """One token's entry of an OpenAI ``logprobs.content`` list."""
+        text, raw = self._token_text(token)
+        alternatives = []
+        for alt, alt_value in top:
+            alt_text, alt_raw = self._token_text(alt)
+            alternatives.append({"token": alt_text, "logprob": alt_value, "bytes": alt_raw})
+        return {"token": text, "logprob": value, "bytes": raw, "top_logprobs": alternatives}
+
+    def stream_logprobs(
+        self,
+        job: Job,
+        tokens: Sequence[int],
+        values: Sequence[float | None],
+        start: int,
+        text: str,
+    ) -> tuple[int, list[dict[str, Any]] | None]:
+        """The ``logprobs.content`` entries to stream with ``text`` (the content streamed so
+        far): those of the tokens from ``start`` on whose text it holds whole. Returns how many
+        leading tokens are covered then, and the entries; None (and ``start``) when the
+        request asked for no logprobs, or for ``top_logprobs`` (computed from the whole
+        completion, so sent at the end), or the engine did not report a token's logprob."""
+        if not job.request.logprobs or job.top_logprobs or None in values:
+            return start, None
+        end = start
+        while end < len(tokens):
+            if len(self._decode(tokens[: end + 1]).rstrip("\ufffd")) > len(text):
+                break
+            end += 1
+        entries = [
+            self._logprob_entry(token, float(value))  # type: ignore[arg-type]
+            for token, value in zip(tokens[start:end], values[start:end], strict=True)
+        ]
+        return end, entries
 
     def _token_text(self, token: int) -> tuple[str, list[int]]:
         with self.tokenizer_lock:
@@ -828,12 +859,14 @@ def _accepts(fn: Any, name: str) -> bool:
         return False
 
 
-def _route_tokens(members: Sequence[Job], entries: list[tuple[int, int, int]]) -> None:
-    """``on_tokens`` of one generate() call: each ``(prompt, sample, token)`` to its job."""
-    by_job: dict[int, list[tuple[int, int]]] = {}
-    for prompt, sample, token in entries:
+def _route_tokens(members: Sequence[Job], entries: Sequence[tuple[Any, ...]]) -> None:
+    """``on_tokens`` of one generate() call: each ``(prompt, sample, token)`` or ``(prompt,
+    sample, token, logprob)`` to its job."""
+    by_job: dict[int, list[tuple[int, int, float | None]]] = {}
+    for prompt, sample, token, *value in entries:
         if 0 <= prompt < len(members) and members[prompt].tokens is not None:
-            by_job.setdefault(prompt, []).append((sample, token))
+            logprob = float(value[0]) if value else None
+            by_job.setdefault(prompt, []).append((sample, token, logprob))
     for prompt, tokens in by_job.items():
         members[prompt].push_tokens(tokens)
 

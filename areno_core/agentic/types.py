@@ -24,14 +24,15 @@ Agents may also return the turns themselves, naming each response they received:
             turns.append(AgentTrajectoryTurn(item=item, messages=item.messages, response=response))
         return turns
 
-To run the samples concurrently, with one sample's crash or timeout not costing the others,
-let :meth:`AgentContext.run_each` drive a per-sample coroutine::
+To run the samples concurrently, with one sample's crash, timeout or blocking call not costing
+the others, let :meth:`AgentContext.run_each` drive a per-sample coroutine that makes its own
+client (each sample then runs on an event loop of its own)::
 
     async def run_agent(ctx, batch):
-        client = openai.AsyncOpenAI(base_url=ctx.get_base_url(), api_key=ctx.api_key)
-
         async def play(item):
-            ...  # several turns; return AgentTrajectory(item=item, turns=[...])
+            url = ctx.get_base_url(item)
+            async with openai.AsyncOpenAI(base_url=url, api_key=ctx.api_key) as client:
+                ...  # several turns; return AgentTrajectory(item=item, turns=[...])
 
         return await ctx.run_each(batch, play)
 """
@@ -39,7 +40,7 @@ let :meth:`AgentContext.run_each` drive a per-sample coroutine::
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import math
 import threading
 import traceback
@@ -47,6 +48,11 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
+
+from areno_core.agentic.isolation import run_isolated, shared_loop_object
+from areno_core.log import get_logger, warn_once
+
+logger = get_logger(__name__)
 
 
 @attrs.frozen
@@ -79,6 +85,9 @@ class AgentContext:
     finished: list[Any] = attrs.field(factory=list, eq=False, repr=False)
     """What :meth:`run_each` has finished so far. When ``run_agent`` as a whole times out or
     raises, the core still keeps these results (and counts the other samples as failed)."""
+    sample_threads: list[threading.Thread] = attrs.field(factory=list, eq=False, repr=False)
+    """The threads :meth:`run_each` ran isolated samples on; the core counts those still
+    blocked at the end of the step (``rollout/agent_blocked_samples``)."""
 
     def get_base_url(self, item: AgentItem | None = None) -> str:
         """The endpoint URL: ``item``'s own (requests through it are recorded as that
@@ -94,7 +103,7 @@ class AgentContext:
         *,
         max_concurrency: int | None = None,
         timeout_s: float | None = None,
-        isolate: bool = False,
+        isolate: bool | None = None,
     ) -> list[Any]:
         """Run ``await fn(item)`` for every sample of ``batch`` concurrently.
 
@@ -109,30 +118,33 @@ class AgentContext:
         becomes an :class:`AgentFailure` instead of failing the whole batch. Results are
         returned in batch order.
 
-        The per-sample timeout interrupts ``await`` points only: code that blocks the event
-        loop (``time.sleep``, a synchronous HTTP client, ``subprocess.run``) stalls every
-        sample until it returns. Run such calls with ``await asyncio.to_thread(...)``, or pass
-        ``isolate=True``: each sample then runs on a thread with an event loop of its own, so a
-        sample that blocks is dropped at its timeout (an :class:`AgentFailure`) while the others
-        finish. With ``isolate=True``, ``fn`` must create what it awaits on (the OpenAI client,
-        the framework's model object) itself, not share one made outside: an async client
-        belongs to the event loop it is used on. The deadline of the whole agent function
-        holds regardless (see docs/agentic.md).
+        Each sample runs on a thread with an event loop of its own (``isolate``, by default
+        whenever that is safe), so a sample that blocks (``time.sleep``, a synchronous HTTP
+        client, a socket read) stalls only itself and is dropped at its timeout while the
+        others finish. That is safe when ``fn`` creates what it awaits on (the OpenAI client,
+        the framework's model object), since an async client belongs to the event loop it is
+        used on. When ``fn`` reaches one made outside it (an ``AsyncOpenAI``, an
+        ``httpx.AsyncClient``, an asyncio lock or queue, through its closure, defaults or
+        ``self``), the samples share the agent's event loop instead: the per-sample timeout
+        then interrupts ``await`` points only, and a sample that blocks stalls every sample.
+        ``isolate=True`` or ``False`` decides without looking. The deadline of the whole agent
+        function holds regardless (see docs/agentic.md).
         """
         limit = asyncio.Semaphore(max(1, max_concurrency or self.max_concurrency))
         budget = self.timeout_s if timeout_s is None else timeout_s
+        if isolate is None:
+            isolate = _may_isolate(fn)
 
         async def one(item: AgentItem) -> Any:
             async with limit:
                 try:
                     if isolate:
-                        result: Any = await run_isolated(fn, item, budget)
+                        result: Any = await run_isolated(fn, item, budget, self.sample_threads)
                     else:
                         result = await asyncio.wait_for(fn(item), budget)
-                except TimeoutError:
-                    result = AgentFailure(
-                        item=item, kind="timeout", error=f"sample timed out after {budget:g} s"
-                    )
+                except TimeoutError as exc:
+                    why = str(exc) or f"sample timed out after {budget:g} s"
+                    result = AgentFailure(item=item, kind="timeout", error=why)
                 except Exception as exc:
                     result = AgentFailure(
                         item=item, kind="error", error="".join(traceback.format_exception(exc))
@@ -150,58 +162,24 @@ class AgentContext:
         return list(await asyncio.gather(*(one(item) for item in batch.iter_samples())))
 
 
-ISOLATED_GRACE_S = 2.0
-
-
-async def run_isolated(
-    fn: Callable[[AgentItem], Awaitable[Any]], item: AgentItem, budget: float
-) -> Any:
-    """``await fn(item)`` on a thread with an event loop of its own, within ``budget``
-    seconds. At the deadline (or when the caller is cancelled) the sample's task is cancelled;
-    if its thread is still blocked ``ISOLATED_GRACE_S`` later, it is left to end on its own and
-    :class:`TimeoutError` is raised all the same. Python cannot kill a thread."""
-    caller = asyncio.get_running_loop()
-    answer: asyncio.Future[tuple[bool, Any]] = caller.create_future()
-    inner: dict[str, Any] = {}
-
-    def deliver(outcome: tuple[bool, Any]) -> None:
-        if not answer.done():
-            answer.set_result(outcome)
-
-    async def main() -> Any:
-        inner["loop"], inner["task"] = asyncio.get_running_loop(), asyncio.current_task()
-        return await fn(item)
-
-    def target() -> None:
-        try:
-            outcome: tuple[bool, Any] = (True, asyncio.run(main()))
-        except BaseException as exc:
-            outcome = (False, exc)
-        with contextlib.suppress(RuntimeError):  # the caller's loop is closed
-            caller.call_soon_threadsafe(deliver, outcome)
-
-    def cancel() -> None:
-        loop, task = inner.get("loop"), inner.get("task")
-        if loop is not None and task is not None:
-            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
-                loop.call_soon_threadsafe(task.cancel)
-
-    threading.Thread(target=target, name=f"areno-sample-{item.key}", daemon=True).start()
-    try:
-        ok, value = await asyncio.wait_for(asyncio.shield(answer), budget)
-    except TimeoutError:
-        cancel()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(answer), ISOLATED_GRACE_S)
-        raise TimeoutError from None
-    except asyncio.CancelledError:
-        cancel()
-        raise
-    if not ok:
-        if isinstance(value, asyncio.CancelledError):
-            raise RuntimeError("the sample's task was cancelled") from None
-        raise value
-    return value
+def _may_isolate(fn: Callable[[AgentItem], Awaitable[Any]]) -> bool:
+    """Whether ``run_each`` may run ``fn``'s samples on event loops of their own: ``fn``
+    reaches no async client or asyncio object made outside it. Says once why not."""
+    shared = shared_loop_object(fn, skip=(AgentContext, AgentBatch, AgentItem))
+    if shared is None:
+        return True
+    warn_once(
+        logger,
+        "agentic.shared_loop_object",
+        "ctx.run_each: the per-sample function uses a %s made outside it, so its samples share "
+        "the agent's event loop, and a sample that blocks it (time.sleep, a synchronous "
+        "client) stalls them all until the agent's deadline. Create the client inside the "
+        "function to run each sample on an event loop of its own, or pass isolate=False to "
+        "keep one shared client (see docs/agentic.md)",
+        type(shared).__name__,
+        level=logging.INFO,
+    )
+    return False
 
 
 def is_reward(value: Any) -> bool:

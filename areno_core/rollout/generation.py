@@ -22,9 +22,9 @@ from areno_core.rollout.sampling import (
 )
 from areno_core.types import FinishReason, SamplingParams
 
-TokenCallback = Callable[[list[tuple[int, int, int]]], None]
-"""``on_tokens`` of :meth:`NativeEngine.generate`: ``(prompt index, sample index, token id)``
-for every row that sampled a token in one step."""
+TokenCallback = Callable[[list[tuple[int, int, int, float]]], None]
+"""``on_tokens`` of :meth:`NativeEngine.generate`: ``(prompt index, sample index, token id,
+logprob)`` for every row that sampled a token in one step."""
 
 
 class StepModel(Protocol):
@@ -292,8 +292,10 @@ class Generation:
             requests = self.row_request[rows]
             self.on_tokens(
                 [
-                    (int(self.req_prompt[q]), int(q % self.n), int(t))
-                    for q, t in zip(requests.tolist(), token_np.tolist(), strict=True)
+                    (int(self.req_prompt[q]), int(q % self.n), int(t), float(v))
+                    for q, t, v in zip(
+                        requests.tolist(), token_np.tolist(), host[1].tolist(), strict=True
+                    )
                 ]
             )
         counts = self.row_count[rows]

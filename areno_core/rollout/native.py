@@ -245,7 +245,7 @@ class NativeEngine:
         The random stream comes from ``sampling.seed`` when set, else one draw from torch's
         global generator. ``on_tokens`` (optional; the agent endpoint streams with it) is
         called after every prefill and decode step, on this thread, with one ``(prompt index,
-        sample index, token id)`` per row that sampled a token.
+        sample index, token id, logprob)`` per row that sampled a token.
         """
         began = time.perf_counter()
         kept = admit_prompts(prompts, sampling, n, max_prompt_tokens=self.options.max_prompt_tokens)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
+import socket
 import time
 from typing import Any
 
@@ -225,28 +225,35 @@ def test_unknown_sample_url_is_404_and_requests_of_a_failed_agent_are_not_traine
     assert statuses == [404]
 
 
-def test_isolated_sample_that_blocks_is_dropped_and_the_others_finish(
+def test_samples_that_block_are_dropped_by_default_and_the_others_finish(
     byte_tokenizer, scripted
 ) -> None:
+    """Default settings: one sample sleeps, another waits on a socket that never answers, both
+    past the agent's deadline; the other samples train and the step does not raise."""
     engine = scripted(byte_tokenizer, tool_reply)
-    release = threading.Event()
+    quiet, peer = socket.socketpair()
 
     async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
         async def play(item: AgentItem) -> float:
             if item.key == (10, 0):
-                release.wait(30)  # blocks its own event loop, before any other sample is done
+                time.sleep(8)  # blocks its thread, before any other sample is done
+            if item.key == (11, 0):
+                quiet.recv(1)  # a blocking read that gets no data
             await _episode(ctx, item)
             return 1.0
 
-        return await ctx.run_each(batch, play, isolate=True, timeout_s=3.0)
+        return await ctx.run_each(batch, play)
 
     started = time.monotonic()
     try:
-        groups, metrics = _collect(engine, byte_tokenizer, agent)
+        groups, metrics = _collect(engine, byte_tokenizer, agent, timeout_s=3.0)
     finally:
-        release.set()
-    assert time.monotonic() - started < 15.0  # 3 s per sample + 2 s grace + setup
+        peer.close()  # the read gets end-of-file and its thread ends
+        quiet.close()
+    assert time.monotonic() - started < 15.0  # 3 s deadline + 2 s grace + setup
     kept = sorted((t.prompt_index, t.sample_index) for g in groups for t in g.trajectories)
-    assert kept == [(10, 1), (11, 0), (11, 1)]
-    assert metrics["rollout/agent_timeouts"] == 1.0 and metrics["rollout/agent_errors"] == 1.0
-    assert metrics["rollout/agent_abandoned"] == 0.0  # the agent itself finished in time
+    assert kept == [(10, 1), (11, 1)]
+    assert metrics["rollout/agent_blocked_samples"] == 2.0
+    assert metrics["rollout/agent_timeouts"] == 2.0 and metrics["rollout/agent_errors"] == 2.0
+    assert metrics["rollout/agent_abandoned"] == 0.0  # the agent's own thread ended in time
+    assert metrics["rollout/agent_blocked_s"] == 0.0  # its event loop never blocked

@@ -68,6 +68,7 @@ async def play(ctx: Any, item: Any) -> None:
 
 
 async def run_agent(ctx: Any, batch: Any) -> list[Any]:
-    # isolate=True: each sample on an event loop of its own, so one that blocks (a synchronous
-    # call somewhere in the framework) is dropped at its timeout while the others finish.
-    return await ctx.run_each(batch, lambda item: play(ctx, item), isolate=True)
+    # play makes its own client, so run_each runs each sample on an event loop of its own: one
+    # that blocks (a synchronous call somewhere in the framework) is dropped at its timeout
+    # while the others finish.
+    return await ctx.run_each(batch, lambda item: play(ctx, item))
