@@ -9,8 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import datasets
 import pytest
+from datasets.exceptions import DatasetNotFoundError
 
+import areno_core.data.sources as sources
 from areno_core.data.sources import load_rows, looks_like_path, parse_hub_reference
 from areno_core.errors import DatasetError
 
@@ -60,8 +63,6 @@ def test_load_rows_gsm8k_test_jsonl_has_all_rows(gsm8k_dir: Path) -> None:
 
 
 def test_load_rows_jsonl_written_by_datasets_roundtrips(tmp_path: Path, train_rows: list) -> None:
-    import datasets
-
     path = tmp_path / "sample.jsonl"
     datasets.Dataset.from_list(train_rows).to_json(str(path))
     assert load_rows(str(path)) == train_rows
@@ -99,16 +100,12 @@ def test_load_rows_parquet_roundtrips(tmp_path: Path, train_rows: list) -> None:
 
 
 def test_load_rows_parquet_written_by_datasets_roundtrips(tmp_path: Path, test_rows: list) -> None:
-    import datasets
-
     path = tmp_path / "sample.parquet"
     datasets.Dataset.from_list(test_rows).to_parquet(str(path))
     assert load_rows(str(path)) == test_rows
 
 
 def test_load_rows_csv_written_by_datasets_roundtrips(tmp_path: Path, train_rows: list) -> None:
-    import datasets
-
     path = tmp_path / "sample.csv"
     datasets.Dataset.from_list(train_rows).to_csv(str(path))
     rows = load_rows(str(path))
@@ -137,8 +134,6 @@ def test_load_rows_csv_numbers_stay_strings(tmp_path: Path) -> None:
 def test_load_rows_arrow_stream_from_save_to_disk_roundtrips(
     tmp_path: Path, train_rows: list
 ) -> None:
-    import datasets
-
     datasets.Dataset.from_list(train_rows).save_to_disk(str(tmp_path / "saved"))
     arrow_files = sorted((tmp_path / "saved").glob("*.arrow"))
     assert len(arrow_files) == 1
@@ -156,8 +151,6 @@ def test_load_rows_arrow_ipc_file_format_roundtrips(tmp_path: Path, train_rows: 
 
 
 def test_load_rows_save_to_disk_dataset_dir_roundtrips(tmp_path: Path, train_rows: list) -> None:
-    import datasets
-
     datasets.Dataset.from_list(train_rows).save_to_disk(str(tmp_path / "saved"))
     assert load_rows(str(tmp_path / "saved")) == train_rows
 
@@ -165,8 +158,6 @@ def test_load_rows_save_to_disk_dataset_dir_roundtrips(tmp_path: Path, train_row
 def test_load_rows_save_to_disk_dict_dir_picks_train(
     tmp_path: Path, train_rows: list, test_rows: list
 ) -> None:
-    import datasets
-
     dd = datasets.DatasetDict(
         {
             "test": datasets.Dataset.from_list(test_rows),
@@ -181,8 +172,6 @@ def test_load_rows_save_to_disk_dict_dir_picks_train(
 def test_load_rows_save_to_disk_dict_without_train_lists_splits(
     tmp_path: Path, test_rows: list
 ) -> None:
-    import datasets
-
     dd = datasets.DatasetDict(
         {
             "test": datasets.Dataset.from_list(test_rows),
@@ -413,8 +402,6 @@ def test_looks_like_path_distinguishes_paths_from_references(text: str, expected
 def test_load_rows_hub_reference_passes_name_config_split(
     monkeypatch: pytest.MonkeyPatch, train_rows: list
 ) -> None:
-    import datasets
-
     calls: list[tuple[Any, ...]] = []
 
     def fake_load_dataset(name: str, config: str | None, split: str) -> datasets.Dataset:
@@ -430,7 +417,6 @@ def test_load_rows_hub_reference_passes_name_config_split(
 def test_load_rows_hub_unreachable_offline_fails_fast_with_hint(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import datasets
     import huggingface_hub.constants
 
     # Both libraries read HF_HUB_OFFLINE once at import, so patch the parsed flags directly.
@@ -450,53 +436,41 @@ def test_load_rows_hub_unreachable_offline_fails_fast_with_hint(
     assert time.monotonic() - start < 5.0
 
 
-def test_load_rows_hub_connection_error_suggests_local_path(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("error", "reference", "message"),
+    [
+        pytest.param(
+            ConnectionError("Couldn't reach 'gsm8k' on the Hub (LocalEntryNotFoundError)"),
+            "gsm8k:main",
+            r"^could not reach the Hugging Face Hub for dataset reference 'gsm8k:main' and it "
+            r"is not in the local cache \(ConnectionError: Couldn't reach 'gsm8k' on the Hub "
+            r"\(LocalEntryNotFoundError\)\)\. Pass a local file or directory path instead",
+            id="connection-error-suggests-local-path",
+        ),
+        pytest.param(
+            DatasetNotFoundError("Dataset 'org/typo' doesn't exist on the Hub"),
+            "org/typo",
+            r"^dataset reference 'org/typo' was not found on the Hugging Face Hub "
+            r"\(DatasetNotFoundError: Dataset 'org/typo' doesn't exist on the Hub\)\. Check the "
+            r"name",
+            id="not-found-says-so",
+        ),
+        pytest.param(
+            ValueError("Unknown split \"tset\". Should be one of ['train', 'test']."),
+            "gsm8k:main:tset",
+            r"^could not load dataset reference 'gsm8k:main:tset': ValueError: Unknown split",
+            id="other-failure-reports-cause",
+        ),
+    ],
+)
+def test_load_rows_hub_failure_is_a_dataset_error_naming_the_cause(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, reference: str, message: str
 ) -> None:
-    import datasets
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise error
 
-    def unreachable(*args: Any, **kwargs: Any) -> None:
-        raise ConnectionError("Couldn't reach 'gsm8k' on the Hub (LocalEntryNotFoundError)")
-
-    import areno_core.data.sources as sources
-
-    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    monkeypatch.setattr(datasets, "load_dataset", failing)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(sources, "hub_reachable", lambda *a, **k: True)  # fails mid-download
-    with pytest.raises(
-        DatasetError,
-        match=r"^could not reach the Hugging Face Hub for dataset reference 'gsm8k:main' and it "
-        r"is not in the local cache \(ConnectionError: Couldn't reach 'gsm8k' on the Hub "
-        r"\(LocalEntryNotFoundError\)\)\. Pass a local file or directory path instead",
-    ):
-        load_rows("gsm8k:main")
-
-
-def test_load_rows_hub_dataset_not_found_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    import datasets
-    from datasets.exceptions import DatasetNotFoundError
-
-    def not_found(*args: Any, **kwargs: Any) -> None:
-        raise DatasetNotFoundError("Dataset 'org/typo' doesn't exist on the Hub")
-
-    monkeypatch.setattr(datasets, "load_dataset", not_found)
-    with pytest.raises(
-        DatasetError,
-        match=r"^dataset reference 'org/typo' was not found on the Hugging Face Hub "
-        r"\(DatasetNotFoundError: Dataset 'org/typo' doesn't exist on the Hub\)\. Check the name",
-    ):
-        load_rows("org/typo")
-
-
-def test_load_rows_hub_other_failure_reports_cause(monkeypatch: pytest.MonkeyPatch) -> None:
-    import datasets
-
-    def bad_split(*args: Any, **kwargs: Any) -> None:
-        raise ValueError("Unknown split \"tset\". Should be one of ['train', 'test'].")
-
-    monkeypatch.setattr(datasets, "load_dataset", bad_split)
-    with pytest.raises(
-        DatasetError,
-        match=r"^could not load dataset reference 'gsm8k:main:tset': ValueError: Unknown split",
-    ):
-        load_rows("gsm8k:main:tset")
+    with pytest.raises(DatasetError, match=message):
+        load_rows(reference)
