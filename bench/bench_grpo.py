@@ -142,6 +142,26 @@ def areno_rollout(
     return groups, metrics
 
 
+def areno_update(backend: Any, model: Any, groups: list[Any], shape: dict[str, Any]) -> None:
+    """areno's GRPO update on one step's groups, with the settings of TRL's side."""
+    backend.train(
+        model,
+        groups,
+        algorithm="grpo",
+        learning_rate=shape["lr"],
+        lr_decay_style="constant",
+        weight_decay=0.0,
+        grad_clip_norm=1.0,
+        mini_bs=shape["micro_bs"],
+        temperature=1.0,
+        max_new_tokens=shape["new_tokens"],
+        grpo_clip_eps=0.2,
+        # As TRL's side (gradient_checkpointing=False). areno's default is on, and with it
+        # the training forward cannot reuse a shared prompt's keys/values either.
+        activation_checkpointing=False,
+    )
+
+
 def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
     common.set_threads(args.threads)
     from areno_core.backend import LocalBackend, TrainableModel
@@ -166,22 +186,7 @@ def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> d
     tokens = 0
     for step in range(shape["warmup"] + shape["steps"]):
         groups, metrics = areno_rollout(step, rows, shape, model, engine, sampling, scorer)
-        backend.train(
-            model,
-            groups,
-            algorithm="grpo",
-            learning_rate=shape["lr"],
-            lr_decay_style="constant",
-            weight_decay=0.0,
-            grad_clip_norm=1.0,
-            mini_bs=shape["micro_bs"],
-            temperature=1.0,
-            max_new_tokens=shape["new_tokens"],
-            grpo_clip_eps=0.2,
-            # As TRL's side (gradient_checkpointing=False). areno's default is on, and with it
-            # the training forward cannot reuse a shared prompt's keys/values either.
-            activation_checkpointing=False,
-        )
+        areno_update(backend, model, groups, shape)
         # Tell the engine which policy version it samples from now, as the run loop does;
         # otherwise the next step's samples look stale and the trainer scores them again with
         # the current policy (the decoupled objective's proximal pass) before updating.
