@@ -262,75 +262,60 @@ def test_load_rows_malformed_json_lines_in_json_file_names_line(
         load_rows(str(path))
 
 
-def test_load_rows_jsonl_line_not_object_is_an_error(tmp_path: Path) -> None:
-    path = tmp_path / "arrays.jsonl"
-    path.write_text('{"a": 1}\n[1, 2]\n', encoding="utf-8")
-    with pytest.raises(
-        DatasetError,
-        match=r"arrays\.jsonl line 2 is a JSON array; each line must be a JSON object \(one row\)",
-    ):
-        load_rows(str(path))
-
-
-def test_load_rows_broken_json_list_names_line_and_column(tmp_path: Path) -> None:
-    path = tmp_path / "broken.json"
-    path.write_text('[\n  {"a": 1},\n  {"a": }\n]\n', encoding="utf-8")
-    with pytest.raises(
-        DatasetError, match=r"broken\.json is not valid JSON: Expecting value at line 3 column 9"
-    ):
-        load_rows(str(path))
-
-
-def test_load_rows_json_list_with_non_object_item_is_an_error(tmp_path: Path) -> None:
-    path = tmp_path / "mixed.json"
-    path.write_text('[{"a": 1}, "oops"]', encoding="utf-8")
-    with pytest.raises(
-        DatasetError,
-        match=r"mixed\.json: item 1 of the top-level list is a JSON string; every item must be "
-        r"an object \(one row\)",
-    ):
-        load_rows(str(path))
-
-
-def test_load_rows_csv_row_with_extra_fields_names_line(tmp_path: Path) -> None:
-    path = tmp_path / "ragged.csv"
-    path.write_text("a,b\n1,2\n3,4,5\n", encoding="utf-8")
-    with pytest.raises(
-        DatasetError, match=r"ragged\.csv line 3 has more fields than the header \(2 columns\)"
-    ):
-        load_rows(str(path))
-
-
-def test_load_rows_corrupt_parquet_names_file(tmp_path: Path) -> None:
-    path = tmp_path / "corrupt.parquet"
-    path.write_bytes(b"this is not parquet")
-    with pytest.raises(DatasetError, match=r"^could not read dataset file .*corrupt\.parquet: "):
-        load_rows(str(path))
-
-
-def test_load_rows_empty_jsonl_is_an_error(tmp_path: Path) -> None:
-    path = tmp_path / "empty.jsonl"
-    path.write_text("\n\n", encoding="utf-8")
-    with pytest.raises(DatasetError, match=r"^dataset '.*empty\.jsonl' has no rows$"):
-        load_rows(str(path))
-
-
-def test_load_rows_empty_json_list_is_an_error(tmp_path: Path) -> None:
-    path = tmp_path / "empty.json"
-    path.write_text("[]", encoding="utf-8")
-    with pytest.raises(DatasetError, match=r"has no rows"):
-        load_rows(str(path))
-
-
-def test_load_rows_unknown_extension_names_it_and_accepted_ones(tmp_path: Path) -> None:
-    path = tmp_path / "rows.xlsx"
-    path.write_bytes(b"binary")
-    with pytest.raises(
-        DatasetError,
-        match=r"^unsupported dataset file extension '\.xlsx' for .*rows\.xlsx; supported "
-        r"extensions: \.json, \.jsonl, \.parquet, \.csv, \.tsv, \.arrow, or a "
-        r"datasets\.save_to_disk directory$",
-    ):
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        pytest.param(
+            "arrays.jsonl",
+            '{"a": 1}\n[1, 2]\n',
+            r"arrays\.jsonl line 2 is a JSON array; each line must be a JSON object \(one row\)",
+            id="jsonl-line-not-object",
+        ),
+        pytest.param(
+            "broken.json",
+            '[\n  {"a": 1},\n  {"a": }\n]\n',
+            r"broken\.json is not valid JSON: Expecting value at line 3 column 9",
+            id="broken-json-list-names-line-and-column",
+        ),
+        pytest.param(
+            "mixed.json",
+            '[{"a": 1}, "oops"]',
+            r"mixed\.json: item 1 of the top-level list is a JSON string; every item must be "
+            r"an object \(one row\)",
+            id="json-list-with-non-object-item",
+        ),
+        pytest.param(
+            "ragged.csv",
+            "a,b\n1,2\n3,4,5\n",
+            r"ragged\.csv line 3 has more fields than the header \(2 columns\)",
+            id="csv-row-with-extra-fields-names-line",
+        ),
+        pytest.param(
+            "corrupt.parquet",
+            "this is not parquet",
+            r"^could not read dataset file .*corrupt\.parquet: ",
+            id="corrupt-parquet-names-file",
+        ),
+        pytest.param(
+            "empty.jsonl", "\n\n", r"^dataset '.*empty\.jsonl' has no rows$", id="empty-jsonl"
+        ),
+        pytest.param("empty.json", "[]", r"has no rows", id="empty-json-list"),
+        pytest.param(
+            "rows.xlsx",
+            "binary",
+            r"^unsupported dataset file extension '\.xlsx' for .*rows\.xlsx; supported "
+            r"extensions: \.json, \.jsonl, \.parquet, \.csv, \.tsv, \.arrow, or a "
+            r"datasets\.save_to_disk directory$",
+            id="unknown-extension-names-it-and-accepted-ones",
+        ),
+    ],
+)
+def test_load_rows_malformed_file_is_an_error_naming_the_problem(
+    tmp_path: Path, name: str, content: str, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DatasetError, match=message):
         load_rows(str(path))
 
 
