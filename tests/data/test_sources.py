@@ -62,10 +62,22 @@ def test_load_rows_gsm8k_test_jsonl_has_all_rows(gsm8k_dir: Path) -> None:
 # --- one format at a time ----------------------------------------------------------------------
 
 
-def test_load_rows_jsonl_written_by_datasets_roundtrips(tmp_path: Path, train_rows: list) -> None:
-    path = tmp_path / "sample.jsonl"
-    datasets.Dataset.from_list(train_rows).to_json(str(path))
-    assert load_rows(str(path)) == train_rows
+@pytest.mark.parametrize(
+    ("name", "writer", "rows_fixture"),
+    [
+        ("sample.jsonl", "to_json", "train_rows"),
+        ("sample.parquet", "to_parquet", "test_rows"),
+        # the answers hold newlines: the CSV quoting must survive
+        ("sample.csv", "to_csv", "train_rows"),
+    ],
+)
+def test_load_rows_file_written_by_datasets_roundtrips(
+    tmp_path: Path, request: pytest.FixtureRequest, name: str, writer: str, rows_fixture: str
+) -> None:
+    rows = request.getfixturevalue(rows_fixture)
+    path = tmp_path / name
+    getattr(datasets.Dataset.from_list(rows), writer)(str(path))
+    assert load_rows(str(path)) == rows
 
 
 def test_load_rows_json_list_roundtrips(tmp_path: Path, train_rows: list) -> None:
@@ -97,20 +109,6 @@ def test_load_rows_parquet_roundtrips(tmp_path: Path, train_rows: list) -> None:
     path = tmp_path / "sample.parquet"
     pq.write_table(pa.Table.from_pylist(train_rows), path)
     assert load_rows(str(path)) == train_rows
-
-
-def test_load_rows_parquet_written_by_datasets_roundtrips(tmp_path: Path, test_rows: list) -> None:
-    path = tmp_path / "sample.parquet"
-    datasets.Dataset.from_list(test_rows).to_parquet(str(path))
-    assert load_rows(str(path)) == test_rows
-
-
-def test_load_rows_csv_written_by_datasets_roundtrips(tmp_path: Path, train_rows: list) -> None:
-    path = tmp_path / "sample.csv"
-    datasets.Dataset.from_list(train_rows).to_csv(str(path))
-    rows = load_rows(str(path))
-    assert len(rows) == N_SAMPLE
-    assert rows == train_rows  # answers hold newlines; quoting must survive
 
 
 def test_load_rows_tsv_roundtrips(tmp_path: Path, train_rows: list) -> None:
