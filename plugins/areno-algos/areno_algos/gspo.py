@@ -39,13 +39,12 @@ from areno_algos.common import (
     broadcast_over_tokens,
     clipped_surrogate,
     group_normalized_rewards,
-    kl_estimate,
+    kl_entropy_stats,
     loss_agg_field,
     masked_max,
     masked_mean,
     masked_min,
     require,
-    token_share,
 )
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.options import option
@@ -112,12 +111,8 @@ def gspo_loss(
         "train/ratio_mean": torch.where(has_tokens, ratio, torch.zeros_like(ratio)).sum() / seqs,
         "train/ratio_max": masked_max(ratio, has_tokens),
         "train/ratio_min": masked_min(ratio, has_tokens),
-        "train/approx_kl": token_share(
-            kl_estimate(old.detach(), logprobs.detach(), "k3"), mask, tokens
-        ),
+        **kl_entropy_stats(logprobs, old, mask, tokens, outputs),
     }
-    if "entropy" in outputs:
-        stats["train/entropy"] = token_share(outputs["entropy"], mask, tokens)
     if weight is not None:  # per sequence, like the ratio stats
         stats.update(behaviour_stats(weight, has_tokens, seqs, config.behaviour_weight_cap))
     return loss, {k: v.detach() for k, v in stats.items()}
