@@ -1,4 +1,5 @@
-"""Tests for the native rollout engine on a tiny randomly initialised Qwen3 model."""
+"""Tests for the native rollout engine on a tiny randomly initialised Qwen3 model, beyond the
+engine conformance suite it also passes (tests/rollout/test_engine_conformance.py)."""
 
 from __future__ import annotations
 
@@ -124,60 +125,12 @@ def test_generate_seed_drawn_from_generator_reproducible(
     assert tokens(a) != tokens(c)
 
 
-def test_generate_eos_stops_with_reason_stop_and_length_cap_gives_length(
-    model: Qwen3ForCausalLM, prompts: list[list[int]]
-) -> None:
-    out = _engine(model).generate(prompts, SamplingParams(max_new_tokens=16, greedy=True))
-    for group in out:
-        c = group[0]
-        assert EOS not in c.token_ids[:-1]
-        if c.finish_reason == "stop":
-            assert c.token_ids[-1] == EOS
-            assert len(c.token_ids) <= 16
-        else:
-            assert c.finish_reason == "length"
-            assert len(c.token_ids) == 16
-        assert len(c.logprobs) == len(c.token_ids)
-        assert c.text == ""
-
-
-def test_generate_stop_token_ids_end_completion_like_eos(model: Qwen3ForCausalLM) -> None:
-    prompt = [[10, 11, 12]]
-    plain = _engine(model).generate(prompt, SamplingParams(max_new_tokens=16, greedy=True))
-    greedy = plain[0][0].token_ids
-    stop_at = greedy[2]
-    stopped = _engine(model).generate(
-        prompt, SamplingParams(max_new_tokens=16, greedy=True, stop_token_ids=(stop_at,))
-    )[0][0]
-    cut = greedy.index(stop_at) + 1
-    assert stopped.token_ids == greedy[:cut]
-    assert stopped.finish_reason == "stop"
-
-
 def test_generate_max_new_tokens_one_gives_single_token(
     model: Qwen3ForCausalLM, prompts: list[list[int]]
 ) -> None:
     out = _engine(model).generate(prompts, SamplingParams(max_new_tokens=1, greedy=True))
     assert all(len(g[0].token_ids) == 1 for g in out)
     assert all(g[0].finish_reason in ("stop", "length") for g in out)
-
-
-def test_generate_prompt_over_max_prompt_tokens_is_skipped_and_counted(
-    model: Qwen3ForCausalLM, prompts: list[list[int]]
-) -> None:
-    engine = _engine(model, max_prompt_tokens=6)
-    out = engine.generate(prompts, SamplingParams(max_new_tokens=4, greedy=True), n=2)
-    too_long = [len(p) > 6 for p in prompts]
-    assert [len(g) == 0 for g in out] == too_long
-    assert all(len(g) == 2 for g, skip in zip(out, too_long, strict=True) if not skip)
-    assert engine.stats["skipped_prompts"] == sum(too_long)
-    assert engine.stats["completions"] == 2 * (len(prompts) - sum(too_long))
-
-
-def test_generate_all_prompts_skipped_returns_empty_lists(model: Qwen3ForCausalLM) -> None:
-    engine = _engine(model, max_prompt_tokens=2)
-    assert engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=4)) == [[]]
-    assert engine.stats["skipped_prompts"] == 1
 
 
 def test_generate_empty_prompt_raises_value_error(model: Qwen3ForCausalLM) -> None:
