@@ -245,50 +245,48 @@ def test_split_chat_preference_different_lengths_split_at_divergence() -> None:
     assert out["rejected"] == [BAD]
 
 
-def test_split_chat_preference_no_shared_messages_is_an_error() -> None:
-    other = {"role": "user", "content": "What is 3+3?"}
-    with pytest.raises(
-        DatasetError,
-        match=r"^'chosen' and 'rejected' share no opening messages, so there is no prompt to "
-        r"split off; give the row a 'prompt' key$",
-    ):
-        split_chat_preference({"chosen": [USER, GOOD], "rejected": [other, BAD]})
-
-
-def test_split_chat_preference_identical_lists_is_an_error() -> None:
-    with pytest.raises(
-        DatasetError,
-        match=r"^'chosen' \(2 messages\) and 'rejected' \(2 messages\) do not differ after "
-        r"their shared opening messages; each needs its own reply$",
-    ):
-        split_chat_preference({"chosen": [USER, GOOD], "rejected": [USER, GOOD]})
-
-
-def test_split_chat_preference_non_assistant_continuation_is_an_error() -> None:
-    with pytest.raises(
-        DatasetError,
-        match=r"^after the 1 shared prompt messages, 'chosen' continues with a 'user' message; "
-        r"the first message after the prompt must have role 'assistant'$",
-    ):
-        split_chat_preference(
-            {"chosen": [USER, {"role": "user", "content": "x"}], "rejected": [USER, BAD]}
-        )
-
-
-def test_split_chat_preference_text_values_are_rejected() -> None:
-    with pytest.raises(
-        DatasetError,
-        match=r"^split_chat_preference needs 'chosen' and 'rejected' to be chat lists, got str "
-        r"and list$",
-    ):
-        split_chat_preference({"chosen": "4", "rejected": [USER, BAD]})
-
-
-def test_split_chat_preference_malformed_message_is_rejected() -> None:
-    with pytest.raises(
-        DatasetError, match=r"^'rejected' is not a chat list: message 1 has no 'content'"
-    ):
-        split_chat_preference({"chosen": [USER, GOOD], "rejected": [USER, {"role": "assistant"}]})
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        pytest.param(
+            {
+                "chosen": [USER, GOOD],
+                "rejected": [{"role": "user", "content": "What is 3+3?"}, BAD],
+            },
+            r"^'chosen' and 'rejected' share no opening messages, so there is no prompt to "
+            r"split off; give the row a 'prompt' key$",
+            id="no-shared-messages",
+        ),
+        pytest.param(
+            {"chosen": [USER, GOOD], "rejected": [USER, GOOD]},
+            r"^'chosen' \(2 messages\) and 'rejected' \(2 messages\) do not differ after "
+            r"their shared opening messages; each needs its own reply$",
+            id="identical-lists",
+        ),
+        pytest.param(
+            {"chosen": [USER, {"role": "user", "content": "x"}], "rejected": [USER, BAD]},
+            r"^after the 1 shared prompt messages, 'chosen' continues with a 'user' message; "
+            r"the first message after the prompt must have role 'assistant'$",
+            id="non-assistant-continuation",
+        ),
+        pytest.param(
+            {"chosen": "4", "rejected": [USER, BAD]},
+            r"^split_chat_preference needs 'chosen' and 'rejected' to be chat lists, got str "
+            r"and list$",
+            id="text-values",
+        ),
+        pytest.param(
+            {"chosen": [USER, GOOD], "rejected": [USER, {"role": "assistant"}]},
+            r"^'rejected' is not a chat list: message 1 has no 'content'",
+            id="malformed-message",
+        ),
+    ],
+)
+def test_split_chat_preference_bad_pair_is_an_error_saying_why(
+    row: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(DatasetError, match=message):
+        split_chat_preference(row)
 
 
 def test_validate_rows_dpo_unsplittable_chat_pair_names_row() -> None:
