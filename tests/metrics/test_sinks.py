@@ -26,7 +26,8 @@ from areno_core.testing import run_areno
 REPO = Path(__file__).resolve().parents[2]
 SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
 
-# A sink plugin that records every call, and a sink that is never ready.
+# A sink plugin (its register_metric_sinks hook) with a sink that records every call and a sink
+# that is never ready.
 RECORDING_PACK = (REPO / "tests" / "fixtures" / "recording_sink_pack.py").read_text()
 
 
