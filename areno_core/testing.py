@@ -12,6 +12,10 @@ Fixtures:
 ``installed_plugins_only``
     Unsets ``ARENO_PLUGINS`` and resets the process-wide registry before and after the test,
     so it sees exactly the installed plugins (use it with ``pytest.mark.usefixtures``).
+``one_torch_thread``
+    Torch on one thread for a module's tests (tiny models run far faster on one thread than
+    with OpenMP threads spin-waiting for each other on a shared CPU); the thread count comes
+    back afterwards.
 ``no_deprecated_transformers_api``
     Fails the test when ``transformers`` logs that something the test ran is deprecated (some
     deprecations are log lines, not warnings; the warnings are errors through the
@@ -88,6 +92,16 @@ def run_areno(*argv: str) -> None:
     """Run ``areno *argv`` in-process; a non-zero exit fails the calling test."""
     code = areno_exit_code(*argv)
     assert code == 0, f"areno {' '.join(argv)} exited {code}"
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    import torch  # heavy: only for the tests that ask for one thread
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture
