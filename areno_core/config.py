@@ -299,15 +299,20 @@ def _dropout(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ConfigError(f"--lora-dropout must be in [0, 1), got {value!r}")
 
 
-def _target_modules(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is None:
-        return
+def _check_name_list(flag: str, value: Any, expected: str) -> None:
+    """A comma-separated list of plain names (``expected`` says which names, with examples)."""
     names = [n.strip() for n in str(value).split(",")]
     bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", n)]
     if bad:
         raise ConfigError(
-            f"--lora-target-modules {value!r}: expected comma-separated module names such as "
-            f"'q_proj,v_proj' (or 'all-linear'); {bad[0]!r} is not one"
+            f"{flag} {value!r}: expected comma-separated {expected}; {bad[0]!r} is not one"
+        )
+
+
+def _target_modules(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _check_name_list(
+            "--lora-target-modules", value, "module names such as 'q_proj,v_proj' (or 'all-linear')"
         )
 
 
@@ -350,13 +355,7 @@ class LoraConfig:
 
 
 def _report_to(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    names = [n.strip() for n in str(value).split(",")]
-    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", n)]
-    if bad:
-        raise ConfigError(
-            f"--report-to {value!r}: expected comma-separated sink names such as "
-            f"'tensorboard,wandb' (or 'none'); {bad[0]!r} is not one"
-        )
+    _check_name_list("--report-to", value, "sink names such as 'tensorboard,wandb' (or 'none')")
 
 
 @attrs.define(kw_only=True)

@@ -126,6 +126,18 @@ def make_options(cls: type, values: Any) -> Any:
     return cls(**picked)
 
 
+def check_spec_callables(what: str, name: str, factory: Any, **optional: Any) -> None:
+    """The checks a plugin spec makes of itself: ``name`` is one word without '/', ``factory``
+    is callable, and each ``optional`` hook is callable or None (``what``: "backend", ...)."""
+    if not name or name != name.strip() or "/" in name:
+        raise ValueError(f"{what} name {name!r} must be a non-empty word")
+    if not callable(factory):
+        raise TypeError(f"{what} {name!r}: factory must be callable")
+    for hook, value in optional.items():
+        if value is not None and not callable(value):
+            raise TypeError(f"{what} {name!r}: {hook} must be callable or None")
+
+
 def check_config_class(cls: type, where: str) -> None:
     """Raise :class:`PluginError` unless ``cls`` is a valid options class for ``where``."""
     if not attrs.has(cls):
@@ -354,6 +366,7 @@ __all__ = [
     "Section",
     "base_type",
     "check_config_class",
+    "check_spec_callables",
     "coerce_value",
     "make_options",
     "normalize_key",

@@ -91,15 +91,9 @@ def resolve_run(
     table = registry.options
     file_options = load_yaml_options(config_path, table) if config_path else {}
     user = {**file_options, **flags}
-    recipe_name = user.get("recipe")
-    recipe: Recipe | None = None
-    recipe_options: dict[str, Any] = {}
-    if recipe_name:
-        recipe = find_recipe(registry, recipe_name)
-        recipe_options = recipe_layer(recipe, registry, user.get("algo"))
-        if recipe.uses_lora(recipe_options["algo"], user):
-            recipe_options = recipe_layer(recipe, registry, user.get("algo"), lora=True)
-        _check_recipe_fits(recipe, check_capabilities=check_capabilities)
+    recipe, recipe_options = _recipe_and_options(
+        registry, user, check_capabilities=check_capabilities
+    )
     # A recipe's packaged files (``resource:``) are looked up only where the user keeps the
     # recipe's value: --ckpt my-model must not need the recipe's checkpoint to be installed.
     from_recipe = {k: resolve_resource(v) for k, v in recipe_options.items() if k not in user}
@@ -109,22 +103,12 @@ def resolve_run(
     chosen = set(flags) | {k for k, v in file_options.items() if v != table.default(k)}
     resume_from = resolve_resume(cfg.resume, cfg.save_path) if cfg.resume else None
     if resume_from is not None:
-        cfg = resumed_config(cfg, resume_from, chosen, table)
-
-        # Under torchrun the launcher's process count is the run's, whatever the saved run used.
-        launched = launched_world_size()
-        if launched is not None and "world_size" not in chosen:
-            cfg = cfg.replace(world_size=launched)
+        cfg = _resumed_under_launcher(resumed_config(cfg, resume_from, chosen, table), chosen)
     cfg = _fill_machine_defaults(cfg, given="world_size" in user)
     check_consistency(cfg, explicit=chosen)
 
     spec = registry.algorithm(cfg.algo)
-    if spec.needs_groups and cfg.n_samples < 2:
-        raise ConfigError(
-            f"--algo {spec.name} compares each sample with the other samples of its prompt, so "
-            f"--n-samples {cfg.n_samples} gives every sample an advantage of 0 and nothing "
-            "would be trained; use --n-samples 2 or more"
-        )
+    _check_groups(spec, cfg)
     algorithm_config = spec.make_config(cfg.plugin)
     engine = engine_config = None
     if spec.needs_rollout:
@@ -132,30 +116,8 @@ def resolve_run(
         engine_config = engine.make_config(cfg.plugin)
     backend = choose_backend(cfg, registry, required=check_capabilities)
     backend_config = backend.make_config(cfg.plugin) if backend is not None else None
-    active = {("algorithm", spec.name), ("training backend", cfg.backend or "")}
-    if backend is not None:
-        active.add(("training backend", backend.name))
-    if engine is not None:
-        active.add(("rollout engine", engine.name))
-    _check_plugin_options(table, chosen, active, cfg)
-    _check_role_options(spec, registry, chosen, cfg)
-    check_async_options(cfg, spec, chosen)
-    if cfg.ckpt is None:
-        raise ConfigError(
-            "--ckpt is required: a local model directory, a Hugging Face id, or a random "
-            "model such as random:qwen3-tiny"
-        )
-    if cfg.dataset_path is None:
-        raise ConfigError("--dataset-path is required (or a --recipe that provides one)")
-    if recipe is not None and recipe.lora_required and cfg.lora_rank is None:
-        message = (
-            f"recipe {recipe.name!r} needs LoRA adapters (it fits its hardware floor only with "
-            "them): add --lora-rank, e.g. --lora-rank 16 (see docs/lora.md); `--dry-run` "
-            "shows what the recipe sets"
-        )
-        if check_capabilities:
-            raise ConfigError(message)
-        logger.warning("%s", message)
+    _check_options_used(table, chosen, cfg, spec, registry, backend=backend, engine=engine)
+    _check_required(cfg, recipe, check_capabilities=check_capabilities)
     if check_capabilities:
         check_available(cfg)
         if engine is not None:
@@ -177,6 +139,81 @@ def resolve_run(
         engine_config,
         resume_from,
     )
+
+
+def _recipe_and_options(
+    registry: Registry, user: Mapping[str, Any], *, check_capabilities: bool
+) -> tuple[Recipe | None, dict[str, Any]]:
+    """The recipe the user named (None without ``--recipe``) and the options it sets, with
+    its LoRA layer where the run uses LoRA."""
+    recipe_name = user.get("recipe")
+    if not recipe_name:
+        return None, {}
+    recipe = find_recipe(registry, recipe_name)
+    recipe_options = recipe_layer(recipe, registry, user.get("algo"))
+    if recipe.uses_lora(recipe_options["algo"], user):
+        recipe_options = recipe_layer(recipe, registry, user.get("algo"), lora=True)
+    _check_recipe_fits(recipe, check_capabilities=check_capabilities)
+    return recipe, recipe_options
+
+
+def _resumed_under_launcher(cfg: RunConfig, chosen: set[str]) -> RunConfig:
+    """Under torchrun the launcher's process count is the run's, whatever the saved run used."""
+    launched = launched_world_size()
+    if launched is not None and "world_size" not in chosen:
+        return cfg.replace(world_size=launched)
+    return cfg
+
+
+def _check_groups(spec: AlgorithmSpec, cfg: RunConfig) -> None:
+    if spec.needs_groups and cfg.n_samples < 2:
+        raise ConfigError(
+            f"--algo {spec.name} compares each sample with the other samples of its prompt, so "
+            f"--n-samples {cfg.n_samples} gives every sample an advantage of 0 and nothing "
+            "would be trained; use --n-samples 2 or more"
+        )
+
+
+def _check_options_used(
+    table: OptionTable,
+    chosen: set[str],
+    cfg: RunConfig,
+    spec: AlgorithmSpec,
+    registry: Registry,
+    *,
+    backend: BackendSpec | None,
+    engine: EngineSpec | None,
+) -> None:
+    """Every option the user set belongs to a plugin or role that this run uses."""
+    active = {("algorithm", spec.name), ("training backend", cfg.backend or "")}
+    if backend is not None:
+        active.add(("training backend", backend.name))
+    if engine is not None:
+        active.add(("rollout engine", engine.name))
+    _check_plugin_options(table, chosen, active, cfg)
+    _check_role_options(spec, registry, chosen, cfg)
+    check_async_options(cfg, spec, chosen)
+
+
+def _check_required(cfg: RunConfig, recipe: Recipe | None, *, check_capabilities: bool) -> None:
+    """The options every run needs, and LoRA where the recipe needs it (a warning only in a
+    dry run)."""
+    if cfg.ckpt is None:
+        raise ConfigError(
+            "--ckpt is required: a local model directory, a Hugging Face id, or a random "
+            "model such as random:qwen3-tiny"
+        )
+    if cfg.dataset_path is None:
+        raise ConfigError("--dataset-path is required (or a --recipe that provides one)")
+    if recipe is not None and recipe.lora_required and cfg.lora_rank is None:
+        message = (
+            f"recipe {recipe.name!r} needs LoRA adapters (it fits its hardware floor only with "
+            "them): add --lora-rank, e.g. --lora-rank 16 (see docs/lora.md); `--dry-run` "
+            "shows what the recipe sets"
+        )
+        if check_capabilities:
+            raise ConfigError(message)
+        logger.warning("%s", message)
 
 
 # What a resumed run may change: how it runs and for how long, never what it trains. Any other

@@ -12,6 +12,10 @@ Fixtures:
 ``installed_plugins_only``
     Unsets ``ARENO_PLUGINS`` and resets the process-wide registry before and after the test,
     so it sees exactly the installed plugins (use it with ``pytest.mark.usefixtures``).
+``one_torch_thread``
+    Torch on one thread for a module's tests (tiny models run far faster on one thread than
+    with OpenMP threads spin-waiting for each other on a shared CPU); the thread count comes
+    back afterwards.
 ``no_deprecated_transformers_api``
     Fails the test when ``transformers`` logs that something the test ran is deprecated (some
     deprecations are log lines, not warnings; the warnings are errors through the
@@ -21,6 +25,9 @@ Functions:
 
 ``run_areno(*argv)``
     Run the ``areno`` command in this process and fail the test unless it exits 0.
+``areno_exit_code(*argv)``
+    Run the ``areno`` command in this process and return its exit status (the test reads
+    stdout and stderr with ``capsys``).
 
 Markers: tests marked ``gpu`` are skipped, with the reason, on a machine where torch sees no
 CUDA GPU.
@@ -69,15 +76,32 @@ def write_distribution(
     (info / "top_level.txt").write_text(module_name + "\n")
 
 
-def run_areno(*argv: str) -> None:
-    """Run ``areno *argv`` in-process; a non-zero exit fails the calling test."""
+def areno_exit_code(*argv: str) -> int:
+    """Run ``areno *argv`` in-process and return its exit status (0 when it returns)."""
     # pytest loads this plugin in every session; the CLI only when a test runs it
     from areno_core.cli.main import main
 
     try:
         main(list(argv))
     except SystemExit as exc:
-        assert exc.code in (0, None), f"areno {' '.join(argv)} exited {exc.code}"
+        return int(exc.code or 0)
+    return 0
+
+
+def run_areno(*argv: str) -> None:
+    """Run ``areno *argv`` in-process; a non-zero exit fails the calling test."""
+    code = areno_exit_code(*argv)
+    assert code == 0, f"areno {' '.join(argv)} exited {code}"
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    import torch  # heavy: only for the tests that ask for one thread
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture

@@ -105,20 +105,10 @@ def grpo_utilisation(args: Any, model_dir: Path) -> dict[str, Any]:
         return groups
 
     def update(groups: Any) -> None:
-        backend.train(
-            model,
-            groups,
-            algorithm="grpo",
-            learning_rate=shape["lr"],
-            lr_decay_style="constant",
-            weight_decay=0.0,
-            mini_bs=shape["micro_bs"],
-            max_new_tokens=shape["new_tokens"],
-            # The counted warm-up and the timed steps must do the same work: no recomputed
-            # activations, and the engine told the policy version, as the run loop does (else
-            # the timed steps' samples look stale and get an extra proximal forward pass).
-            activation_checkpointing=False,
-        )
+        # The counted warm-up and the timed steps must do the same work: bench_grpo's update
+        # (no recomputed activations), and the engine told the policy version, as the run loop
+        # does (else the timed steps' samples look stale and get an extra proximal forward pass).
+        bench_grpo.areno_update(backend, model, groups, shape)
         engine.sync_weights(model.policy, version=model.optimizer_steps)
 
     counter = FlopCounterMode(display=False)

@@ -144,6 +144,32 @@ def areno_rollout(
     return groups, metrics
 
 
+def areno_update(
+    backend: Any,
+    model: Any,
+    groups: list[Any],
+    shape: dict[str, Any],
+    *,
+    checkpointing: bool | None = False,
+) -> None:
+    """areno's GRPO update on one step's groups, with the settings of TRL's side
+    (``checkpointing``: ``activation_checkpointing``; ``None`` is areno's default, auto)."""
+    backend.train(
+        model,
+        groups,
+        algorithm="grpo",
+        learning_rate=shape["lr"],
+        lr_decay_style="constant",
+        weight_decay=0.0,
+        grad_clip_norm=1.0,
+        mini_bs=shape["micro_bs"],
+        temperature=1.0,
+        max_new_tokens=shape["new_tokens"],
+        grpo_clip_eps=0.2,
+        activation_checkpointing=checkpointing,
+    )
+
+
 def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
     common.set_threads(args.threads)
     from areno_core.backend import LocalBackend, TrainableModel
@@ -168,21 +194,10 @@ def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> d
     tokens = 0
     for step in range(shape["warmup"] + shape["steps"]):
         groups, metrics = areno_rollout(step, rows, shape, model, engine, sampling, scorer)
-        backend.train(
-            model,
-            groups,
-            algorithm="grpo",
-            learning_rate=shape["lr"],
-            lr_decay_style="constant",
-            weight_decay=0.0,
-            grad_clip_norm=1.0,
-            mini_bs=shape["micro_bs"],
-            temperature=1.0,
-            max_new_tokens=shape["new_tokens"],
-            grpo_clip_eps=0.2,
-            # areno's default is auto, which this shape's few MiB of activations leave off (TRL's
-            # side turns its default checkpointing off by hand); on/off only when asked.
-            activation_checkpointing=CHECKPOINTING[args.activation_checkpointing],
+        # areno's default is auto, which this shape's few MiB of activations leave off (TRL's
+        # side turns its default checkpointing off by hand); on/off only when asked.
+        areno_update(
+            backend, model, groups, shape, checkpointing=CHECKPOINTING[args.activation_checkpointing]
         )
         # Tell the engine which policy version it samples from now, as the run loop does;
         # otherwise the next step's samples look stale and the trainer scores them again with
@@ -237,10 +252,6 @@ def run_trl(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> dic
         max_completion_length=shape["new_tokens"],
         max_steps=total,
         learning_rate=shape["lr"],
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
         temperature=1.0,
         top_k=0,
         top_p=1.0,
@@ -249,17 +260,9 @@ def run_trl(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> dic
         loss_type="dapo",
         scale_rewards="group",
         num_iterations=1,
-        gradient_checkpointing=False,
         bf16=False,
-        fp16=False,
-        use_cpu=True,
         shuffle_dataset=False,
-        report_to=[],
-        logging_strategy="no",
-        save_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=args.seed,
+        **common.trl_baseline_args(args.seed),
     )
     trainer = GRPOTrainer(
         model=model,

@@ -293,6 +293,27 @@ def read_jsonl(path: Path, limit: int | None = None, skip: int = 0) -> list[dict
     return rows
 
 
+def trl_baseline_args(seed: int) -> dict[str, Any]:
+    """The TRL trainer arguments both TRL baselines share: a constant learning rate with no
+    warmup or weight decay, gradients clipped at norm 1, on the CPU without checkpointing or
+    float16, and nothing logged, saved or shown (no progress bar, no loader workers)."""
+    return {
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
+        "weight_decay": 0.0,
+        "max_grad_norm": 1.0,
+        "gradient_checkpointing": False,
+        "fp16": False,
+        "use_cpu": True,
+        "report_to": [],
+        "logging_strategy": "no",
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+        "seed": seed,
+    }
+
+
 def base_parser(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--reps", type=int, default=3, help="measured repetitions per side")

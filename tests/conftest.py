@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
 
 REPO = Path(__file__).resolve().parent.parent
 GSM8K_DIR = REPO / "data" / "gsm8k"
@@ -45,16 +44,6 @@ def register_algorithms(register):
 def register_rewards(register):
     register("always_one", lambda record: 1.0)
 """
-
-
-@pytest.fixture(scope="module")
-def one_torch_thread() -> Iterator[None]:
-    """Torch on one thread for a module's tests (tiny matmuls run far faster on one thread than
-    with threads fighting over two cores); the thread count comes back afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _write_rl_files(folder: Path, prompt_chars: int) -> tuple[Path, Path]:

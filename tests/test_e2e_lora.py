@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from areno_core.cli.main import main
 from areno_core.gates import evaluate_gate
 from areno_core.recipe import Gate
-from areno_core.testing import run_areno
+from areno_core.testing import areno_exit_code, run_areno
 
 pytest.importorskip("peft", reason="LoRA needs peft: pip install 'areno-core[lora]'")
 
@@ -131,11 +130,7 @@ def test_lora_save_merged_writes_a_plain_model_equal_to_the_adapted_policy(tmp_p
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
-    code = 0
-    try:
-        main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
+    code = areno_exit_code(*argv)
     return code, " ".join(capsys.readouterr().err.split())
 
 

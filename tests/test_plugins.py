@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -16,6 +17,20 @@ from areno_core import hookimpl
 def register_rewards(register):
     register("length_reward", lambda record: float(len(record.completion)))
 """
+
+
+@pytest.fixture
+def registry_with(monkeypatch) -> Callable[[object, str], Registry]:
+    """``registry_with(plugin, name)``: a registry of the core and one in-process plugin object,
+    no installed plugin (``ARENO_PLUGINS`` empty)."""
+    monkeypatch.setenv("ARENO_PLUGINS", "")
+
+    def build(plugin: object, name: str) -> Registry:
+        pm = get_plugin_manager()
+        pm.register_plugin(plugin, name)
+        return Registry(pm)
+
+    return build
 
 
 def test_entry_point_plugin_installed_as_distribution_appears_in_registry(
@@ -121,18 +136,14 @@ def test_duplicate_name_areno_plugins_command_lists_the_failure(install_areno_pl
     )
 
 
-def test_duplicate_name_within_one_hook_recorded_as_failed(monkeypatch):
-    monkeypatch.setenv("ARENO_PLUGINS", "")
-    pm = get_plugin_manager()
-
+def test_duplicate_name_within_one_hook_recorded_as_failed(registry_with):
     class Twice:
         @hookimpl
         def register_rewards(self, register):
             register("r", lambda record: 1.0)
             register("r", lambda record: 0.0)
 
-    pm.register_plugin(Twice(), "twice")
-    registry = Registry(pm)
+    registry = registry_with(Twice(), "twice")
     [failure] = registry.failures
     assert "reward 'r' is registered twice" in failure.error
     assert registry.names("rewards") == []
@@ -154,48 +165,37 @@ def test_allow_list_empty_loads_no_plugins(monkeypatch):
         registry.algorithm("gspo")
 
 
-def test_trace_env_logs_hook_calls(monkeypatch, caplog):
-    monkeypatch.setenv("ARENO_PLUGINS", "")
+def test_trace_env_logs_hook_calls(registry_with, monkeypatch, caplog):
     monkeypatch.setenv("ARENO_TRACE_PLUGINS", "1")
-    pm = get_plugin_manager()
 
     class Local:
         @hookimpl
         def register_agents(self, register):
             register("noop", lambda ctx, batch: None)
 
-    pm.register_plugin(Local(), "local")
     with caplog.at_level("DEBUG", logger="areno.plugins"):
-        registry = Registry(pm)
+        registry = registry_with(Local(), "local")
     assert registry.names("agents") == ["noop"]
     assert any("register_agents" in r.getMessage() for r in caplog.records)
 
 
-def test_hook_that_raises_is_reported_not_fatal(monkeypatch):
-    monkeypatch.setenv("ARENO_PLUGINS", "")
-    pm = get_plugin_manager()
-
+def test_hook_that_raises_is_reported_not_fatal(registry_with):
     class Bad:
         @hookimpl
         def register_recipes(self, register):
             raise RuntimeError("boom")
 
-    pm.register_plugin(Bad(), "bad")
-    registry = Registry(pm)
+    registry = registry_with(Bad(), "bad")
     assert registry.failures[0].error == "register_recipes failed: RuntimeError: boom"
 
 
-def test_register_with_wrong_arguments_fails_that_plugin_only(monkeypatch):
-    monkeypatch.setenv("ARENO_PLUGINS", "")
-    pm = get_plugin_manager()
-
+def test_register_with_wrong_arguments_fails_that_plugin_only(registry_with):
     class Wrong:
         @hookimpl
         def register_algorithms(self, register):
             register("not a spec")
 
-    pm.register_plugin(Wrong(), "wrong")
-    registry = Registry(pm)
+    registry = registry_with(Wrong(), "wrong")
     [failure] = registry.failures
     assert failure.name == "wrong"
     assert failure.error == (

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from areno_core.cli.main import main
 from areno_core.errors import ConfigError
 from areno_core.recipe import Gate, HardwareFloor, Recipe, resolve_resource
 from areno_core.registry import get_registry
 from areno_core.resolve import resolve_run
+from areno_core.testing import areno_exit_code
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -107,11 +107,7 @@ def recipe_registry(install_areno_plugin, monkeypatch):
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
+    code = areno_exit_code(*argv)
     out, err = capsys.readouterr()
     return code, out, " ".join(err.split())
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from areno_core.options import NoOptions, make_options
+from areno_core.options import NoOptions, check_spec_callables, make_options
 from areno_core.types import TrainResult
 
 if TYPE_CHECKING:
@@ -149,12 +149,7 @@ class BackendSpec:
     launch: Launcher | None = None
 
     def __attrs_post_init__(self) -> None:
-        if not self.name or self.name != self.name.strip() or "/" in self.name:
-            raise ValueError(f"backend name {self.name!r} must be a non-empty word")
-        if not callable(self.factory):
-            raise TypeError(f"backend {self.name!r}: factory must be callable")
-        if self.launch is not None and not callable(self.launch):
-            raise TypeError(f"backend {self.name!r}: launch must be callable or None")
+        check_spec_callables("backend", self.name, self.factory, launch=self.launch)
 
     def make_config(self, options: Any) -> Any:
         """Its config from a mapping or object of run options (declared fields only)."""

@@ -32,7 +32,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import attrs
 
 from areno_core.errors import ArenoError
-from areno_core.options import NoOptions, make_options
+from areno_core.options import NoOptions, check_spec_callables, make_options
 from areno_core.types import Completion, SamplingParams
 from areno_core.validators import boolean, number, one_of, required
 
@@ -173,12 +173,7 @@ class EngineSpec:
     lora_weights: Literal["merged", "adapter", "module"] = "merged"
 
     def __attrs_post_init__(self) -> None:
-        if not self.name or self.name != self.name.strip() or "/" in self.name:
-            raise ValueError(f"rollout engine name {self.name!r} must be a non-empty word")
-        if not callable(self.factory):
-            raise TypeError(f"rollout engine {self.name!r}: factory must be callable")
-        if self.check is not None and not callable(self.check):
-            raise TypeError(f"rollout engine {self.name!r}: check must be callable or None")
+        check_spec_callables("rollout engine", self.name, self.factory, check=self.check)
         if self.lora_weights not in ("merged", "adapter", "module"):
             raise ValueError(
                 f"rollout engine {self.name!r}: lora_weights must be 'merged', 'adapter' or "

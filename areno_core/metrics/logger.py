@@ -35,7 +35,7 @@ from areno_core.metrics.sinks import JSONL_FILE, JsonlSink, TensorBoardSink
 logger = get_logger(__name__)
 
 NAMESPACES: tuple[str, ...] = ("train", "rollout", "time", "eval", "memory")
-__all__ = ["JSONL_FILE", "MetricsLogger", "Timer", "read_jsonl", "read_scalars"]
+__all__ = ["JSONL_FILE", "MetricsLogger", "Timer", "moving_average", "read_jsonl", "read_scalars"]
 
 
 class MetricsLogger:
@@ -148,6 +148,19 @@ def read_scalars(log_dir: str | os.PathLike[str]) -> dict[str, list[tuple[int, f
         tag: [(int(e.step), float(e.value)) for e in acc.Scalars(tag)]
         for tag in sorted(acc.Tags()[SCALARS])
     }
+
+
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean of a metric series over the last ``window`` values (fewer at the start),
+    as a reward curve is smoothed for a plot."""
+    out: list[float] = []
+    total = 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
 
 
 class Timer:

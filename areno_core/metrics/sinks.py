@@ -72,7 +72,26 @@ def open_sinks(specs: Sequence[SinkSpec], run: RunInfo) -> list[MetricSink]:
 # -- built-in sinks --------------------------------------------------------------------------
 
 
-class JsonlSink:
+class _WriterSink:
+    """A sink that writes through one handle (``self._out``, with ``flush`` and ``close``):
+    flushed on ``flush`` and ``finish``, closed once."""
+
+    _out: Any
+
+    def flush(self) -> None:
+        if self._out is not None:
+            self._out.flush()
+
+    def finish(self, checkpoint_path: str | None) -> None:
+        self.flush()
+
+    def close(self) -> None:
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+
+class JsonlSink(_WriterSink):
     """One JSON line per step in ``<metrics dir>/metrics.jsonl``, flushed as written. When
     resuming, lines from ``purge_step`` on are dropped first."""
 
@@ -81,26 +100,14 @@ class JsonlSink:
         path = run.metrics_dir / JSONL_FILE
         if run.purge_step is not None and path.is_file():
             _truncate_jsonl(path, run.purge_step)
-        self._file: Any = open(path, "a")  # noqa: SIM115 - kept open until close()
+        self._out = open(path, "a")  # noqa: SIM115 - kept open until close()
 
     def log(self, metrics: Mapping[str, float | int], step: int) -> None:
-        self._file.write(json.dumps({"step": int(step), **metrics}) + "\n")
-        self._file.flush()
-
-    def flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-
-    def finish(self, checkpoint_path: str | None) -> None:
-        self.flush()
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._out.write(json.dumps({"step": int(step), **metrics}) + "\n")
+        self._out.flush()
 
 
-class TensorBoardSink:
+class TensorBoardSink(_WriterSink):
     """TensorBoard event files in the metrics directory; points of a resumed run's re-run
     steps are hidden from ``purge_step`` on."""
 
@@ -110,7 +117,7 @@ class TensorBoardSink:
         )
 
         run.metrics_dir.mkdir(parents=True, exist_ok=True)
-        self._writer: Any = SummaryWriter(
+        self._out = SummaryWriter(
             log_dir=str(run.metrics_dir),
             flush_secs=max(1, round(flush_secs)),
             purge_step=run.purge_step,
@@ -118,19 +125,7 @@ class TensorBoardSink:
 
     def log(self, metrics: Mapping[str, float | int], step: int) -> None:
         for key, value in metrics.items():
-            self._writer.add_scalar(key, value, global_step=step)
-
-    def flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
-
-    def finish(self, checkpoint_path: str | None) -> None:
-        self.flush()
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+            self._out.add_scalar(key, value, global_step=step)
 
 
 def _check_tensorboard() -> str | None:

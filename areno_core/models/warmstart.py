@@ -4,14 +4,17 @@ A checkpoint also holds optimizer state, RNG state and the run's config (with ab
 the export keeps only the Hugging Face files a run starts from (weights, config, tokenizer and
 its chat template) and writes ``provenance.json``: the source step, the command that made the
 checkpoint, and the SHA-256 of the weights. Recipe packs wrap :func:`export_checkpoint` in a
-``python -m`` command of their own (see ``areno_recipes_math.warmstart``).
+``python -m`` command of their own, built with :func:`export_command` (see
+``areno_recipes_math.warmstart``).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 # Hugging Face files of a model directory; everything else in a checkpoint is trainer state.
@@ -66,4 +69,23 @@ def export_checkpoint(src: str | Path, out: str | Path, *, command: str) -> Path
     return out
 
 
-__all__ = ["KEEP_FILES", "PROVENANCE_FILE", "export_checkpoint", "resolve_step_dir", "sha256"]
+def export_command(
+    argv: Sequence[str] | None, *, prog: str, description: str, command: str
+) -> Path:
+    """A pack's ``python -m ... SRC --out DIR`` command: parse ``argv`` and export checkpoint
+    ``SRC`` into ``DIR`` (replaced), recording ``command``; returns the export's directory."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("src", help="checkpoint directory or the run's --save-path")
+    parser.add_argument("--out", required=True, help="destination directory (replaced)")
+    args = parser.parse_args(argv)
+    return export_checkpoint(args.src, args.out, command=command)
+
+
+__all__ = [
+    "KEEP_FILES",
+    "PROVENANCE_FILE",
+    "export_checkpoint",
+    "export_command",
+    "resolve_step_dir",
+    "sha256",
+]

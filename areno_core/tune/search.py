@@ -126,109 +126,129 @@ def _verdict(peak: int | None, budget: int) -> str:
     return "fits" if peak <= budget else "over budget"
 
 
+@attrs.define
+class _Budget:
+    """The memory budget of one search, and every trial made against it so far."""
+
+    capacity: int
+    budget: int
+    text: str  # how the budget was set, for messages
+    trials: list[Trial] = attrs.field(factory=list)
+
+    @classmethod
+    def of(cls, settings: TuneSettings, probes: Probes) -> _Budget:
+        capacity = probes.capacity_bytes()
+        budget = int(settings.mem_frac * capacity)
+        text = f"--mem-frac {settings.mem_frac:g} of {mib(capacity)} = {mib(budget)}"
+        return cls(capacity, budget, text)
+
+    def measure(self, phase: Phase, value: int, peak: int | None) -> Trial:
+        trial = Trial(phase, value, peak, _verdict(peak, self.budget))
+        self.trials.append(trial)
+        return trial
+
+
 def search(settings: TuneSettings, probes: Probes) -> TuneResult:
     """Pick ``--max-running-prompts``, ``--batch-size`` and ``--mini-bs`` (see the module
     docstring); a clear :class:`NotAvailableError` when even the smallest candidate does not
     fit."""
-    capacity = probes.capacity_bytes()
-    budget = int(settings.mem_frac * capacity)
-    trials: list[Trial] = []
+    budget = _Budget.of(settings, probes)
     reasons: dict[str, str] = {}
-    budget_text = f"--mem-frac {settings.mem_frac:g} of {mib(capacity)} = {mib(budget)}"
-
-    # 1. rollout concurrency
-    if settings.max_running_prompts is not None:
-        running = settings.max_running_prompts
-        reasons["max_running_prompts"] = "given; the rollout was not probed"
-    else:
-        chosen: Trial | None = None
-        for candidate in descending_candidates(settings.tune_max_samples):
-            floor = probes.rollout_floor(candidate)
-            if floor > budget:
-                trials.append(
-                    Trial("rollout", candidate, None, f"skipped: needs at least {mib(floor)}")
-                )
-                continue
-            peak = probes.rollout(candidate)
-            trial = Trial("rollout", candidate, peak, _verdict(peak, budget))
-            trials.append(trial)
-            if trial.fits:
-                chosen = trial
-                break
-        if chosen is None:
-            raise NotAvailableError(
-                "--tune-params: even a rollout of 1 sequence at a time does not fit in "
-                f"{budget_text} ({_last_measure(trials)}); lower --max-new-tokens or "
-                "--max-prompt-tokens, raise --mem-frac, or use a smaller model"
-            )
-        running = chosen.value
-        tried = [t.value for t in trials]
-        reasons["max_running_prompts"] = (
-            f"the largest candidate that fits (tried {_listing(tried)}); its rollout peaked "
-            f"at {mib(chosen.peak_bytes)}"
-        )
-
-    # 2. batch size
-    if settings.batch_size is not None:
-        batch_size = settings.batch_size
-        reasons["batch_size"] = "given"
-    else:
-        batch_size = derived_batch_size(running, settings)
-        reasons["batch_size"] = (
-            f"min({running} rollout rows, --tune-max-samples {settings.tune_max_samples}) "
-            f"// --n-samples {settings.n_samples}"
-        )
-
-    # 3. microbatch
+    running, reasons["max_running_prompts"] = _choose_running(settings, probes, budget)
+    batch_size, reasons["batch_size"] = _choose_batch_size(settings, running)
     rows = batch_size * settings.n_samples
     if settings.mini_bs is not None:
         mini_bs = settings.mini_bs
-        peak = probes.train(mini_bs)
-        trial = Trial("train", mini_bs, peak, _verdict(peak, budget))
-        trials.append(trial)
-        if trial.fits:
-            reasons["mini_bs"] = f"given; its training step peaked at {mib(peak)}"
-        else:
-            reasons["mini_bs"] = f"given, kept although its training step {trial.verdict}"
-            logger.warning(
-                "--tune-params: the given --mini-bs %d %s (%s; budget %s); the run may run "
-                "out of memory",
-                mini_bs,
-                "ran out of memory in the probe" if peak is None else "is over budget",
-                mib(peak),
-                budget_text,
-            )
+        reasons["mini_bs"] = _measure_given_mini_bs(mini_bs, probes, budget)
     else:
-        chosen = None
-        tried = []
-        for candidate in descending_candidates(rows):
-            peak = probes.train(candidate)
-            trial = Trial("train", candidate, peak, _verdict(peak, budget))
-            trials.append(trial)
-            tried.append(candidate)
-            if trial.fits:
-                chosen = trial
-                break
-        if chosen is None:
-            raise NotAvailableError(
-                "--tune-params: even a training microbatch of 1 row does not fit in "
-                f"{budget_text} ({_last_measure(trials)}); lower --max-new-tokens or "
-                "--max-prompt-tokens, keep --activation-checkpointing on, or use a smaller "
-                "model"
-            )
-        mini_bs = chosen.value
-        reasons["mini_bs"] = (
-            f"the largest candidate up to the step's {rows} rows that fits (tried "
-            f"{_listing(tried)}); its training step peaked at {mib(chosen.peak_bytes)}"
-        )
+        mini_bs, reasons["mini_bs"] = _choose_mini_bs(rows, probes, budget)
     return TuneResult(
         max_running_prompts=running,
         batch_size=batch_size,
         mini_bs=mini_bs,
-        capacity_bytes=capacity,
-        budget_bytes=budget,
-        trials=tuple(trials),
+        capacity_bytes=budget.capacity,
+        budget_bytes=budget.budget,
+        trials=tuple(budget.trials),
         reasons=reasons,
+    )
+
+
+def _choose_running(settings: TuneSettings, probes: Probes, budget: _Budget) -> tuple[int, str]:
+    """Step 1, the rollout concurrency, and why."""
+    if settings.max_running_prompts is not None:
+        return settings.max_running_prompts, "given; the rollout was not probed"
+    chosen: Trial | None = None
+    for candidate in descending_candidates(settings.tune_max_samples):
+        floor = probes.rollout_floor(candidate)
+        if floor > budget.budget:
+            budget.trials.append(
+                Trial("rollout", candidate, None, f"skipped: needs at least {mib(floor)}")
+            )
+            continue
+        trial = budget.measure("rollout", candidate, probes.rollout(candidate))
+        if trial.fits:
+            chosen = trial
+            break
+    if chosen is None:
+        raise NotAvailableError(
+            "--tune-params: even a rollout of 1 sequence at a time does not fit in "
+            f"{budget.text} ({_last_measure(budget.trials)}); lower --max-new-tokens or "
+            "--max-prompt-tokens, raise --mem-frac, or use a smaller model"
+        )
+    tried = [t.value for t in budget.trials]
+    return chosen.value, (
+        f"the largest candidate that fits (tried {_listing(tried)}); its rollout peaked "
+        f"at {mib(chosen.peak_bytes)}"
+    )
+
+
+def _choose_batch_size(settings: TuneSettings, running: int) -> tuple[int, str]:
+    """Step 2, the prompts per step, and why."""
+    if settings.batch_size is not None:
+        return settings.batch_size, "given"
+    return derived_batch_size(running, settings), (
+        f"min({running} rollout rows, --tune-max-samples {settings.tune_max_samples}) "
+        f"// --n-samples {settings.n_samples}"
+    )
+
+
+def _measure_given_mini_bs(mini_bs: int, probes: Probes, budget: _Budget) -> str:
+    """Step 3 with a microbatch the user gave: measured and kept, with a warning when it
+    does not fit; returns why it has its value."""
+    peak = probes.train(mini_bs)
+    trial = budget.measure("train", mini_bs, peak)
+    if trial.fits:
+        return f"given; its training step peaked at {mib(peak)}"
+    logger.warning(
+        "--tune-params: the given --mini-bs %d %s (%s; budget %s); the run may run out of memory",
+        mini_bs,
+        "ran out of memory in the probe" if peak is None else "is over budget",
+        mib(peak),
+        budget.text,
+    )
+    return f"given, kept although its training step {trial.verdict}"
+
+
+def _choose_mini_bs(rows: int, probes: Probes, budget: _Budget) -> tuple[int, str]:
+    """Step 3, the largest microbatch up to the step's ``rows`` that fits, and why."""
+    chosen: Trial | None = None
+    tried: list[int] = []
+    for candidate in descending_candidates(rows):
+        trial = budget.measure("train", candidate, probes.train(candidate))
+        tried.append(candidate)
+        if trial.fits:
+            chosen = trial
+            break
+    if chosen is None:
+        raise NotAvailableError(
+            "--tune-params: even a training microbatch of 1 row does not fit in "
+            f"{budget.text} ({_last_measure(budget.trials)}); lower --max-new-tokens or "
+            "--max-prompt-tokens, keep --activation-checkpointing on, or use a smaller "
+            "model"
+        )
+    return chosen.value, (
+        f"the largest candidate up to the step's {rows} rows that fits (tried "
+        f"{_listing(tried)}); its training step peaked at {mib(chosen.peak_bytes)}"
     )
 
 

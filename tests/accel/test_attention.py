@@ -64,19 +64,21 @@ def test_flash_reason_in_float32_points_at_dtype(fake_gpu):
     assert reason == "the model is in float32; flash-attn needs float16 or bfloat16"
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_choose_attention_flash_on_a_supported_gpu(fake_gpu, caplog, dtype):
+@pytest.mark.parametrize(
+    ("backend", "device", "dtype", "expected"),
+    [
+        ("flash", "cuda:0", torch.bfloat16, FLASH),
+        ("flash", "cuda:0", torch.float16, FLASH),
+        ("native", "cuda:0", torch.bfloat16, NATIVE),
+        ("native", "cpu", torch.float32, NATIVE),
+    ],
+)
+def test_choose_attention_on_a_supported_gpu_gives_the_backend_without_warning(
+    fake_gpu, caplog, backend, device, dtype, expected
+):
     fake_gpu((9, 0))
     with caplog.at_level(logging.WARNING, logger="areno"):
-        assert choose_attention("flash", "cuda:0", dtype) == FLASH
-    assert caplog.records == []
-
-
-def test_choose_attention_native_never_warns(fake_gpu, caplog):
-    fake_gpu((9, 0))
-    with caplog.at_level(logging.WARNING, logger="areno"):
-        assert choose_attention("native", "cuda:0", torch.bfloat16) == NATIVE
-        assert choose_attention("native", "cpu", torch.float32) == NATIVE
+        assert choose_attention(backend, device, dtype) == expected
     assert caplog.records == []
 
 

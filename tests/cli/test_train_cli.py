@@ -9,16 +9,12 @@ import sys
 import pytest
 import yaml
 
-from areno_core.cli.main import main
 from areno_core.config import SECTION_TITLES, iter_options
+from areno_core.testing import areno_exit_code
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
+    code = areno_exit_code(*argv)
     out, err = capsys.readouterr()
     return code, out, err
 

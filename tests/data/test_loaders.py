@@ -89,39 +89,52 @@ def test_resolve_loader_name_goes_through_registry() -> None:
     assert seen == ["math/gsm8k"]
 
 
-def test_resolve_loader_name_without_registry_is_config_error() -> None:
-    with pytest.raises(
-        ConfigError,
-        match=r"^dataset loader 'gsm8k' is not a \.py file and no dataset loader registry is",
-    ):
-        resolve_loader("gsm8k", None)
+def _no_such_loader(name: str) -> Callable[..., Any]:
+    raise KeyError(name)
 
 
-def test_resolve_loader_unknown_name_key_error_becomes_config_error() -> None:
-    def lookup(name: str) -> Callable[..., Any]:
-        raise KeyError(name)
-
-    with pytest.raises(
-        ConfigError,
-        match=r"^unknown dataset loader 'nope': no plugin registered one by that name",
-    ):
-        resolve_loader("nope", lookup)
+def _registry_refuses(name: str) -> Callable[..., Any]:
+    raise PluginError(f"no dataset loader {name!r}; registered: math/gsm8k")
 
 
-def test_resolve_loader_registry_own_error_passes_through() -> None:
-    def lookup(name: str) -> Callable[..., Any]:
-        raise PluginError(f"no dataset loader {name!r}; registered: math/gsm8k")
-
-    with pytest.raises(PluginError, match=r"registered: math/gsm8k"):
-        resolve_loader("nope", lookup)
-
-
-def test_resolve_loader_registry_non_callable_is_rejected() -> None:
-    with pytest.raises(
-        UserCodeError,
-        match=r"^dataset loader 'weird' from the registry is of type int, not a function$",
-    ):
-        resolve_loader("weird", lambda name: 3)  # type: ignore[arg-type, return-value]
+@pytest.mark.parametrize(
+    ("name", "lookup", "error", "message"),
+    [
+        pytest.param(
+            "gsm8k",
+            None,
+            ConfigError,
+            r"^dataset loader 'gsm8k' is not a \.py file and no dataset loader registry is",
+            id="name-without-registry",
+        ),
+        pytest.param(
+            "nope",
+            _no_such_loader,
+            ConfigError,
+            r"^unknown dataset loader 'nope': no plugin registered one by that name",
+            id="unknown-name-key-error-becomes-config-error",
+        ),
+        pytest.param(
+            "nope",
+            _registry_refuses,
+            PluginError,
+            r"registered: math/gsm8k",
+            id="registry-own-error-passes-through",
+        ),
+        pytest.param(
+            "weird",
+            lambda name: 3,
+            UserCodeError,
+            r"^dataset loader 'weird' from the registry is of type int, not a function$",
+            id="registry-non-callable-is-rejected",
+        ),
+    ],
+)
+def test_resolve_loader_name_the_registry_cannot_give_is_a_clear_error(
+    name: str, lookup: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        resolve_loader(name, lookup)
 
 
 def test_resolve_loader_async_function_is_rejected(tmp_path: Path) -> None:

@@ -92,77 +92,84 @@ def test_validate_rows_raw_gsm8k_for_rl_names_missing_prompt(
         validate_rows(gsm8k_rows, RL_SCHEMA, algo="grpo")
 
 
-def test_validate_rows_sft_missing_response_names_row_index() -> None:
-    rows = [{"prompt": "a", "response": "b"}] * 3 + [{"prompt": "a", "answer": "b"}]
-    with pytest.raises(
-        DatasetError,
-        match=r"^sft: dataset row 3 is missing the required key 'response' .* The row has keys: "
-        r"'prompt', 'answer'\. Rows must have required: prompt \(str\|list\), response "
-        r"\(str\|list\);",
-    ):
-        validate_rows(rows, SFT_SCHEMA, algo="sft")
-
-
-def test_validate_rows_stops_at_first_bad_row() -> None:
-    rows = [{"prompt": "ok"}, {"prompt": 1}, {"nothing": True}]
-    with pytest.raises(DatasetError, match=r"^gspo: dataset row 1: "):
-        validate_rows(rows, RL_SCHEMA, algo="gspo")
-
-
-def test_validate_rows_mistyped_prompt_names_found_and_expected() -> None:
-    rows = [{"prompt": "ok"}, {"prompt": "ok"}, {"prompt": "ok"}, {"prompt": 42, "answer": "x"}]
-    with pytest.raises(
-        DatasetError,
-        match=r"^gspo: dataset row 3: key 'prompt' has type int, expected str or list \(a list "
-        r"means chat messages\)\. The row has keys: 'prompt', 'answer'$",
-    ):
-        validate_rows(rows, RL_SCHEMA, algo="gspo")
-
-
-def test_validate_rows_required_none_reports_none_type() -> None:
-    with pytest.raises(
-        DatasetError, match=r"^dpo: dataset row 0: key 'rejected' has type None, expected str or"
-    ):
-        validate_rows([{"prompt": "p", "chosen": "c", "rejected": None}], DPO_SCHEMA, algo="dpo")
-
-
-def test_validate_rows_bool_answer_is_not_an_int() -> None:
-    with pytest.raises(
-        DatasetError,
-        match=r"^grpo: dataset row 0: key 'answer' has type bool, expected str or int or float\. "
-        r"The row has keys: 'prompt', 'answer'$",
-    ):
-        validate_rows([{"prompt": "p", "answer": True}], RL_SCHEMA, algo="grpo")
-
-
-def test_validate_rows_solutions_item_type_is_checked() -> None:
-    with pytest.raises(
-        DatasetError,
-        match=r"^grpo: dataset row 0: key 'solutions' item 1 has type dict, expected str or int "
-        r"or float\. The row has keys: 'prompt', 'solutions'$",
-    ):
-        validate_rows([{"prompt": "p", "solutions": ["4", {"v": 4}]}], RL_SCHEMA, algo="grpo")
-
-
-def test_validate_rows_non_dict_row_is_rejected() -> None:
-    with pytest.raises(
-        DatasetError,
-        match=r"^gspo: dataset row 1 is of type list, not a dict; a loader must return dicts$",
-    ):
-        validate_rows([{}, ["prompt", "x"]], AGENTIC_SCHEMA, algo="gspo")
-
-
-def test_validate_rows_agentic_mistyped_prompt_is_rejected() -> None:
-    with pytest.raises(
-        DatasetError,
-        match=r"^gspo: dataset row 0: key 'prompt' has type int, expected str or list",
-    ):
-        validate_rows([{"prompt": 7, "task": "x"}], AGENTIC_SCHEMA, algo="gspo")
-
-
-def test_validate_rows_empty_dataset_is_an_error() -> None:
-    with pytest.raises(DatasetError, match=r"^ppo: the dataset has no rows after loading$"):
-        validate_rows([], RL_SCHEMA, algo="ppo")
+@pytest.mark.parametrize(
+    ("rows", "schema", "algo", "message"),
+    [
+        pytest.param(
+            [{"prompt": "a", "response": "b"}] * 3 + [{"prompt": "a", "answer": "b"}],
+            SFT_SCHEMA,
+            "sft",
+            r"^sft: dataset row 3 is missing the required key 'response' .* The row has keys: "
+            r"'prompt', 'answer'\. Rows must have required: prompt \(str\|list\), response "
+            r"\(str\|list\);",
+            id="sft-missing-response-names-row-index",
+        ),
+        pytest.param(
+            [{"prompt": "ok"}, {"prompt": 1}, {"nothing": True}],
+            RL_SCHEMA,
+            "gspo",
+            r"^gspo: dataset row 1: ",
+            id="stops-at-first-bad-row",
+        ),
+        pytest.param(
+            [{"prompt": "ok"}, {"prompt": "ok"}, {"prompt": "ok"}, {"prompt": 42, "answer": "x"}],
+            RL_SCHEMA,
+            "gspo",
+            r"^gspo: dataset row 3: key 'prompt' has type int, expected str or list \(a list "
+            r"means chat messages\)\. The row has keys: 'prompt', 'answer'$",
+            id="mistyped-prompt-names-found-and-expected",
+        ),
+        pytest.param(
+            [{"prompt": "p", "chosen": "c", "rejected": None}],
+            DPO_SCHEMA,
+            "dpo",
+            r"^dpo: dataset row 0: key 'rejected' has type None, expected str or",
+            id="required-none-reports-none-type",
+        ),
+        pytest.param(
+            [{"prompt": "p", "answer": True}],
+            RL_SCHEMA,
+            "grpo",
+            r"^grpo: dataset row 0: key 'answer' has type bool, expected str or int or float\. "
+            r"The row has keys: 'prompt', 'answer'$",
+            id="bool-answer-is-not-an-int",
+        ),
+        pytest.param(
+            [{"prompt": "p", "solutions": ["4", {"v": 4}]}],
+            RL_SCHEMA,
+            "grpo",
+            r"^grpo: dataset row 0: key 'solutions' item 1 has type dict, expected str or int "
+            r"or float\. The row has keys: 'prompt', 'solutions'$",
+            id="solutions-item-type-is-checked",
+        ),
+        pytest.param(
+            [{}, ["prompt", "x"]],
+            AGENTIC_SCHEMA,
+            "gspo",
+            r"^gspo: dataset row 1 is of type list, not a dict; a loader must return dicts$",
+            id="non-dict-row-is-rejected",
+        ),
+        pytest.param(
+            [{"prompt": 7, "task": "x"}],
+            AGENTIC_SCHEMA,
+            "gspo",
+            r"^gspo: dataset row 0: key 'prompt' has type int, expected str or list",
+            id="agentic-mistyped-prompt-is-rejected",
+        ),
+        pytest.param(
+            [],
+            RL_SCHEMA,
+            "ppo",
+            r"^ppo: the dataset has no rows after loading$",
+            id="empty-dataset-is-an-error",
+        ),
+    ],
+)
+def test_validate_rows_bad_rows_are_an_error_naming_row_key_and_types(
+    rows: list[Any], schema: RowSchema, algo: str, message: str
+) -> None:
+    with pytest.raises(DatasetError, match=message):
+        validate_rows(rows, schema, algo=algo)
 
 
 def test_validate_rows_custom_schema_uses_its_types() -> None:
@@ -245,50 +252,48 @@ def test_split_chat_preference_different_lengths_split_at_divergence() -> None:
     assert out["rejected"] == [BAD]
 
 
-def test_split_chat_preference_no_shared_messages_is_an_error() -> None:
-    other = {"role": "user", "content": "What is 3+3?"}
-    with pytest.raises(
-        DatasetError,
-        match=r"^'chosen' and 'rejected' share no opening messages, so there is no prompt to "
-        r"split off; give the row a 'prompt' key$",
-    ):
-        split_chat_preference({"chosen": [USER, GOOD], "rejected": [other, BAD]})
-
-
-def test_split_chat_preference_identical_lists_is_an_error() -> None:
-    with pytest.raises(
-        DatasetError,
-        match=r"^'chosen' \(2 messages\) and 'rejected' \(2 messages\) do not differ after "
-        r"their shared opening messages; each needs its own reply$",
-    ):
-        split_chat_preference({"chosen": [USER, GOOD], "rejected": [USER, GOOD]})
-
-
-def test_split_chat_preference_non_assistant_continuation_is_an_error() -> None:
-    with pytest.raises(
-        DatasetError,
-        match=r"^after the 1 shared prompt messages, 'chosen' continues with a 'user' message; "
-        r"the first message after the prompt must have role 'assistant'$",
-    ):
-        split_chat_preference(
-            {"chosen": [USER, {"role": "user", "content": "x"}], "rejected": [USER, BAD]}
-        )
-
-
-def test_split_chat_preference_text_values_are_rejected() -> None:
-    with pytest.raises(
-        DatasetError,
-        match=r"^split_chat_preference needs 'chosen' and 'rejected' to be chat lists, got str "
-        r"and list$",
-    ):
-        split_chat_preference({"chosen": "4", "rejected": [USER, BAD]})
-
-
-def test_split_chat_preference_malformed_message_is_rejected() -> None:
-    with pytest.raises(
-        DatasetError, match=r"^'rejected' is not a chat list: message 1 has no 'content'"
-    ):
-        split_chat_preference({"chosen": [USER, GOOD], "rejected": [USER, {"role": "assistant"}]})
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        pytest.param(
+            {
+                "chosen": [USER, GOOD],
+                "rejected": [{"role": "user", "content": "What is 3+3?"}, BAD],
+            },
+            r"^'chosen' and 'rejected' share no opening messages, so there is no prompt to "
+            r"split off; give the row a 'prompt' key$",
+            id="no-shared-messages",
+        ),
+        pytest.param(
+            {"chosen": [USER, GOOD], "rejected": [USER, GOOD]},
+            r"^'chosen' \(2 messages\) and 'rejected' \(2 messages\) do not differ after "
+            r"their shared opening messages; each needs its own reply$",
+            id="identical-lists",
+        ),
+        pytest.param(
+            {"chosen": [USER, {"role": "user", "content": "x"}], "rejected": [USER, BAD]},
+            r"^after the 1 shared prompt messages, 'chosen' continues with a 'user' message; "
+            r"the first message after the prompt must have role 'assistant'$",
+            id="non-assistant-continuation",
+        ),
+        pytest.param(
+            {"chosen": "4", "rejected": [USER, BAD]},
+            r"^split_chat_preference needs 'chosen' and 'rejected' to be chat lists, got str "
+            r"and list$",
+            id="text-values",
+        ),
+        pytest.param(
+            {"chosen": [USER, GOOD], "rejected": [USER, {"role": "assistant"}]},
+            r"^'rejected' is not a chat list: message 1 has no 'content'",
+            id="malformed-message",
+        ),
+    ],
+)
+def test_split_chat_preference_bad_pair_is_an_error_saying_why(
+    row: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(DatasetError, match=message):
+        split_chat_preference(row)
 
 
 def test_validate_rows_dpo_unsplittable_chat_pair_names_row() -> None:

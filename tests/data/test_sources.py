@@ -9,8 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import datasets
 import pytest
+from datasets.exceptions import DatasetNotFoundError
 
+import areno_core.data.sources as sources
 from areno_core.data.sources import load_rows, looks_like_path, parse_hub_reference
 from areno_core.errors import DatasetError
 
@@ -59,12 +62,22 @@ def test_load_rows_gsm8k_test_jsonl_has_all_rows(gsm8k_dir: Path) -> None:
 # --- one format at a time ----------------------------------------------------------------------
 
 
-def test_load_rows_jsonl_written_by_datasets_roundtrips(tmp_path: Path, train_rows: list) -> None:
-    import datasets
-
-    path = tmp_path / "sample.jsonl"
-    datasets.Dataset.from_list(train_rows).to_json(str(path))
-    assert load_rows(str(path)) == train_rows
+@pytest.mark.parametrize(
+    ("name", "writer", "rows_fixture"),
+    [
+        ("sample.jsonl", "to_json", "train_rows"),
+        ("sample.parquet", "to_parquet", "test_rows"),
+        # the answers hold newlines: the CSV quoting must survive
+        ("sample.csv", "to_csv", "train_rows"),
+    ],
+)
+def test_load_rows_file_written_by_datasets_roundtrips(
+    tmp_path: Path, request: pytest.FixtureRequest, name: str, writer: str, rows_fixture: str
+) -> None:
+    rows = request.getfixturevalue(rows_fixture)
+    path = tmp_path / name
+    getattr(datasets.Dataset.from_list(rows), writer)(str(path))
+    assert load_rows(str(path)) == rows
 
 
 def test_load_rows_json_list_roundtrips(tmp_path: Path, train_rows: list) -> None:
@@ -98,24 +111,6 @@ def test_load_rows_parquet_roundtrips(tmp_path: Path, train_rows: list) -> None:
     assert load_rows(str(path)) == train_rows
 
 
-def test_load_rows_parquet_written_by_datasets_roundtrips(tmp_path: Path, test_rows: list) -> None:
-    import datasets
-
-    path = tmp_path / "sample.parquet"
-    datasets.Dataset.from_list(test_rows).to_parquet(str(path))
-    assert load_rows(str(path)) == test_rows
-
-
-def test_load_rows_csv_written_by_datasets_roundtrips(tmp_path: Path, train_rows: list) -> None:
-    import datasets
-
-    path = tmp_path / "sample.csv"
-    datasets.Dataset.from_list(train_rows).to_csv(str(path))
-    rows = load_rows(str(path))
-    assert len(rows) == N_SAMPLE
-    assert rows == train_rows  # answers hold newlines; quoting must survive
-
-
 def test_load_rows_tsv_roundtrips(tmp_path: Path, train_rows: list) -> None:
     path = tmp_path / "sample.tsv"
     with path.open("w", encoding="utf-8", newline="") as handle:
@@ -137,8 +132,6 @@ def test_load_rows_csv_numbers_stay_strings(tmp_path: Path) -> None:
 def test_load_rows_arrow_stream_from_save_to_disk_roundtrips(
     tmp_path: Path, train_rows: list
 ) -> None:
-    import datasets
-
     datasets.Dataset.from_list(train_rows).save_to_disk(str(tmp_path / "saved"))
     arrow_files = sorted((tmp_path / "saved").glob("*.arrow"))
     assert len(arrow_files) == 1
@@ -156,8 +149,6 @@ def test_load_rows_arrow_ipc_file_format_roundtrips(tmp_path: Path, train_rows: 
 
 
 def test_load_rows_save_to_disk_dataset_dir_roundtrips(tmp_path: Path, train_rows: list) -> None:
-    import datasets
-
     datasets.Dataset.from_list(train_rows).save_to_disk(str(tmp_path / "saved"))
     assert load_rows(str(tmp_path / "saved")) == train_rows
 
@@ -165,8 +156,6 @@ def test_load_rows_save_to_disk_dataset_dir_roundtrips(tmp_path: Path, train_row
 def test_load_rows_save_to_disk_dict_dir_picks_train(
     tmp_path: Path, train_rows: list, test_rows: list
 ) -> None:
-    import datasets
-
     dd = datasets.DatasetDict(
         {
             "test": datasets.Dataset.from_list(test_rows),
@@ -181,8 +170,6 @@ def test_load_rows_save_to_disk_dict_dir_picks_train(
 def test_load_rows_save_to_disk_dict_without_train_lists_splits(
     tmp_path: Path, test_rows: list
 ) -> None:
-    import datasets
-
     dd = datasets.DatasetDict(
         {
             "test": datasets.Dataset.from_list(test_rows),
@@ -273,75 +260,60 @@ def test_load_rows_malformed_json_lines_in_json_file_names_line(
         load_rows(str(path))
 
 
-def test_load_rows_jsonl_line_not_object_is_an_error(tmp_path: Path) -> None:
-    path = tmp_path / "arrays.jsonl"
-    path.write_text('{"a": 1}\n[1, 2]\n', encoding="utf-8")
-    with pytest.raises(
-        DatasetError,
-        match=r"arrays\.jsonl line 2 is a JSON array; each line must be a JSON object \(one row\)",
-    ):
-        load_rows(str(path))
-
-
-def test_load_rows_broken_json_list_names_line_and_column(tmp_path: Path) -> None:
-    path = tmp_path / "broken.json"
-    path.write_text('[\n  {"a": 1},\n  {"a": }\n]\n', encoding="utf-8")
-    with pytest.raises(
-        DatasetError, match=r"broken\.json is not valid JSON: Expecting value at line 3 column 9"
-    ):
-        load_rows(str(path))
-
-
-def test_load_rows_json_list_with_non_object_item_is_an_error(tmp_path: Path) -> None:
-    path = tmp_path / "mixed.json"
-    path.write_text('[{"a": 1}, "oops"]', encoding="utf-8")
-    with pytest.raises(
-        DatasetError,
-        match=r"mixed\.json: item 1 of the top-level list is a JSON string; every item must be "
-        r"an object \(one row\)",
-    ):
-        load_rows(str(path))
-
-
-def test_load_rows_csv_row_with_extra_fields_names_line(tmp_path: Path) -> None:
-    path = tmp_path / "ragged.csv"
-    path.write_text("a,b\n1,2\n3,4,5\n", encoding="utf-8")
-    with pytest.raises(
-        DatasetError, match=r"ragged\.csv line 3 has more fields than the header \(2 columns\)"
-    ):
-        load_rows(str(path))
-
-
-def test_load_rows_corrupt_parquet_names_file(tmp_path: Path) -> None:
-    path = tmp_path / "corrupt.parquet"
-    path.write_bytes(b"this is not parquet")
-    with pytest.raises(DatasetError, match=r"^could not read dataset file .*corrupt\.parquet: "):
-        load_rows(str(path))
-
-
-def test_load_rows_empty_jsonl_is_an_error(tmp_path: Path) -> None:
-    path = tmp_path / "empty.jsonl"
-    path.write_text("\n\n", encoding="utf-8")
-    with pytest.raises(DatasetError, match=r"^dataset '.*empty\.jsonl' has no rows$"):
-        load_rows(str(path))
-
-
-def test_load_rows_empty_json_list_is_an_error(tmp_path: Path) -> None:
-    path = tmp_path / "empty.json"
-    path.write_text("[]", encoding="utf-8")
-    with pytest.raises(DatasetError, match=r"has no rows"):
-        load_rows(str(path))
-
-
-def test_load_rows_unknown_extension_names_it_and_accepted_ones(tmp_path: Path) -> None:
-    path = tmp_path / "rows.xlsx"
-    path.write_bytes(b"binary")
-    with pytest.raises(
-        DatasetError,
-        match=r"^unsupported dataset file extension '\.xlsx' for .*rows\.xlsx; supported "
-        r"extensions: \.json, \.jsonl, \.parquet, \.csv, \.tsv, \.arrow, or a "
-        r"datasets\.save_to_disk directory$",
-    ):
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        pytest.param(
+            "arrays.jsonl",
+            '{"a": 1}\n[1, 2]\n',
+            r"arrays\.jsonl line 2 is a JSON array; each line must be a JSON object \(one row\)",
+            id="jsonl-line-not-object",
+        ),
+        pytest.param(
+            "broken.json",
+            '[\n  {"a": 1},\n  {"a": }\n]\n',
+            r"broken\.json is not valid JSON: Expecting value at line 3 column 9",
+            id="broken-json-list-names-line-and-column",
+        ),
+        pytest.param(
+            "mixed.json",
+            '[{"a": 1}, "oops"]',
+            r"mixed\.json: item 1 of the top-level list is a JSON string; every item must be "
+            r"an object \(one row\)",
+            id="json-list-with-non-object-item",
+        ),
+        pytest.param(
+            "ragged.csv",
+            "a,b\n1,2\n3,4,5\n",
+            r"ragged\.csv line 3 has more fields than the header \(2 columns\)",
+            id="csv-row-with-extra-fields-names-line",
+        ),
+        pytest.param(
+            "corrupt.parquet",
+            "this is not parquet",
+            r"^could not read dataset file .*corrupt\.parquet: ",
+            id="corrupt-parquet-names-file",
+        ),
+        pytest.param(
+            "empty.jsonl", "\n\n", r"^dataset '.*empty\.jsonl' has no rows$", id="empty-jsonl"
+        ),
+        pytest.param("empty.json", "[]", r"has no rows", id="empty-json-list"),
+        pytest.param(
+            "rows.xlsx",
+            "binary",
+            r"^unsupported dataset file extension '\.xlsx' for .*rows\.xlsx; supported "
+            r"extensions: \.json, \.jsonl, \.parquet, \.csv, \.tsv, \.arrow, or a "
+            r"datasets\.save_to_disk directory$",
+            id="unknown-extension-names-it-and-accepted-ones",
+        ),
+    ],
+)
+def test_load_rows_malformed_file_is_an_error_naming_the_problem(
+    tmp_path: Path, name: str, content: str, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DatasetError, match=message):
         load_rows(str(path))
 
 
@@ -413,8 +385,6 @@ def test_looks_like_path_distinguishes_paths_from_references(text: str, expected
 def test_load_rows_hub_reference_passes_name_config_split(
     monkeypatch: pytest.MonkeyPatch, train_rows: list
 ) -> None:
-    import datasets
-
     calls: list[tuple[Any, ...]] = []
 
     def fake_load_dataset(name: str, config: str | None, split: str) -> datasets.Dataset:
@@ -430,7 +400,6 @@ def test_load_rows_hub_reference_passes_name_config_split(
 def test_load_rows_hub_unreachable_offline_fails_fast_with_hint(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import datasets
     import huggingface_hub.constants
 
     # Both libraries read HF_HUB_OFFLINE once at import, so patch the parsed flags directly.
@@ -450,53 +419,41 @@ def test_load_rows_hub_unreachable_offline_fails_fast_with_hint(
     assert time.monotonic() - start < 5.0
 
 
-def test_load_rows_hub_connection_error_suggests_local_path(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("error", "reference", "message"),
+    [
+        pytest.param(
+            ConnectionError("Couldn't reach 'gsm8k' on the Hub (LocalEntryNotFoundError)"),
+            "gsm8k:main",
+            r"^could not reach the Hugging Face Hub for dataset reference 'gsm8k:main' and it "
+            r"is not in the local cache \(ConnectionError: Couldn't reach 'gsm8k' on the Hub "
+            r"\(LocalEntryNotFoundError\)\)\. Pass a local file or directory path instead",
+            id="connection-error-suggests-local-path",
+        ),
+        pytest.param(
+            DatasetNotFoundError("Dataset 'org/typo' doesn't exist on the Hub"),
+            "org/typo",
+            r"^dataset reference 'org/typo' was not found on the Hugging Face Hub "
+            r"\(DatasetNotFoundError: Dataset 'org/typo' doesn't exist on the Hub\)\. Check the "
+            r"name",
+            id="not-found-says-so",
+        ),
+        pytest.param(
+            ValueError("Unknown split \"tset\". Should be one of ['train', 'test']."),
+            "gsm8k:main:tset",
+            r"^could not load dataset reference 'gsm8k:main:tset': ValueError: Unknown split",
+            id="other-failure-reports-cause",
+        ),
+    ],
+)
+def test_load_rows_hub_failure_is_a_dataset_error_naming_the_cause(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, reference: str, message: str
 ) -> None:
-    import datasets
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise error
 
-    def unreachable(*args: Any, **kwargs: Any) -> None:
-        raise ConnectionError("Couldn't reach 'gsm8k' on the Hub (LocalEntryNotFoundError)")
-
-    import areno_core.data.sources as sources
-
-    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    monkeypatch.setattr(datasets, "load_dataset", failing)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(sources, "hub_reachable", lambda *a, **k: True)  # fails mid-download
-    with pytest.raises(
-        DatasetError,
-        match=r"^could not reach the Hugging Face Hub for dataset reference 'gsm8k:main' and it "
-        r"is not in the local cache \(ConnectionError: Couldn't reach 'gsm8k' on the Hub "
-        r"\(LocalEntryNotFoundError\)\)\. Pass a local file or directory path instead",
-    ):
-        load_rows("gsm8k:main")
-
-
-def test_load_rows_hub_dataset_not_found_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    import datasets
-    from datasets.exceptions import DatasetNotFoundError
-
-    def not_found(*args: Any, **kwargs: Any) -> None:
-        raise DatasetNotFoundError("Dataset 'org/typo' doesn't exist on the Hub")
-
-    monkeypatch.setattr(datasets, "load_dataset", not_found)
-    with pytest.raises(
-        DatasetError,
-        match=r"^dataset reference 'org/typo' was not found on the Hugging Face Hub "
-        r"\(DatasetNotFoundError: Dataset 'org/typo' doesn't exist on the Hub\)\. Check the name",
-    ):
-        load_rows("org/typo")
-
-
-def test_load_rows_hub_other_failure_reports_cause(monkeypatch: pytest.MonkeyPatch) -> None:
-    import datasets
-
-    def bad_split(*args: Any, **kwargs: Any) -> None:
-        raise ValueError("Unknown split \"tset\". Should be one of ['train', 'test'].")
-
-    monkeypatch.setattr(datasets, "load_dataset", bad_split)
-    with pytest.raises(
-        DatasetError,
-        match=r"^could not load dataset reference 'gsm8k:main:tset': ValueError: Unknown split",
-    ):
-        load_rows("gsm8k:main:tset")
+    with pytest.raises(DatasetError, match=message):
+        load_rows(reference)

@@ -26,40 +26,9 @@ from areno_core.testing import run_areno
 REPO = Path(__file__).resolve().parents[2]
 SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
 
-# A sink plugin that writes every call to the file named by $RECORD_SINK_FILE (one JSON line
-# each, with the process's RANK), and a sink that is never ready.
-RECORDING_PACK = """
-import json, os
-from areno_core import hookimpl
-from areno_core.contracts.sink import SinkSpec
-
-
-class RecordingSink:
-    def __init__(self, run):
-        self.path = os.environ["RECORD_SINK_FILE"]
-        self.write("start", name=run.name, config=run.config, output=str(run.output_dir))
-
-    def write(self, event, **data):
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"event": event, "rank": os.environ.get("RANK", "0"), **data})
-                    + "\\n")
-
-    def log(self, metrics, step):
-        self.write("log", step=step, metrics=dict(metrics))
-
-    def finish(self, checkpoint_path):
-        self.write("finish", checkpoint=checkpoint_path)
-
-    def close(self):
-        self.write("close")
-
-
-@hookimpl
-def register_metric_sinks(register):
-    register(SinkSpec("recording", "records every call", RecordingSink))
-    register(SinkSpec("locked", "never logged in", RecordingSink,
-                      lambda: "not logged in to Locked: run `locked login`"))
-"""
+# A sink plugin (its register_metric_sinks hook) with a sink that records every call and a sink
+# that is never ready.
+RECORDING_PACK = (REPO / "tests" / "fixtures" / "recording_sink_pack.py").read_text()
 
 
 @pytest.fixture

@@ -275,18 +275,27 @@ def policy_stats(
     mask: Tensor,
     group_loss_tokens: Normaliser,
     outputs: Mapping[str, Any],
+    *,
+    ratio_mean: Tensor | None = None,
+    ratio_mask: Tensor | None = None,
 ) -> dict[str, Tensor]:
-    """Token-level stats every ratio-based algorithm reports.
+    """Stats every ratio-based algorithm reports.
 
     ``train/ratio_mean`` and ``train/approx_kl`` (the k3 estimate of ``KL(old || new)``, since
     tokens were sampled from the old policy) are shares of the group token mean;
     ``train/ratio_max`` / ``train/ratio_min`` are microbatch extremes; ``train/entropy`` is
-    reported when the backend computed it.
+    reported when the backend computed it. An algorithm whose ratio is not per token (GSPO's
+    is per sequence) gives its own ``ratio_mean`` and the ``ratio_mask`` of its ratio's
+    entries (default: the loss mask).
     """
+    if ratio_mask is None:
+        ratio_mask = mask
     stats = {
-        "train/ratio_mean": token_share(ratio, mask, group_loss_tokens),
-        "train/ratio_max": masked_max(ratio, mask),
-        "train/ratio_min": masked_min(ratio, mask),
+        "train/ratio_mean": (
+            token_share(ratio, mask, group_loss_tokens) if ratio_mean is None else ratio_mean
+        ),
+        "train/ratio_max": masked_max(ratio, ratio_mask),
+        "train/ratio_min": masked_min(ratio, ratio_mask),
         "train/approx_kl": token_share(
             kl_estimate(old_logprobs.detach(), logprobs.detach(), "k3"), mask, group_loss_tokens
         ),

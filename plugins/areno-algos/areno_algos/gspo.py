@@ -39,13 +39,10 @@ from areno_algos.common import (
     broadcast_over_tokens,
     clipped_surrogate,
     group_normalized_rewards,
-    kl_estimate,
     loss_agg_field,
-    masked_max,
     masked_mean,
-    masked_min,
+    policy_stats,
     require,
-    token_share,
 )
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.options import option
@@ -109,15 +106,17 @@ def gspo_loss(
         "train/policy_loss": loss.detach(),
         # Per sequence: clipped rows / group_sequences; ratio stats over sequence ratios.
         "train/clip_fraction": (clipped & has_tokens).to(ratio.dtype).sum() / seqs,
-        "train/ratio_mean": torch.where(has_tokens, ratio, torch.zeros_like(ratio)).sum() / seqs,
-        "train/ratio_max": masked_max(ratio, has_tokens),
-        "train/ratio_min": masked_min(ratio, has_tokens),
-        "train/approx_kl": token_share(
-            kl_estimate(old.detach(), logprobs.detach(), "k3"), mask, tokens
+        **policy_stats(
+            ratio,
+            logprobs,
+            old,
+            mask,
+            tokens,
+            outputs,
+            ratio_mean=torch.where(has_tokens, ratio, torch.zeros_like(ratio)).sum() / seqs,
+            ratio_mask=has_tokens,
         ),
     }
-    if "entropy" in outputs:
-        stats["train/entropy"] = token_share(outputs["entropy"], mask, tokens)
     if weight is not None:  # per sequence, like the ratio stats
         stats.update(behaviour_stats(weight, has_tokens, seqs, config.behaviour_weight_cap))
     return loss, {k: v.detach() for k, v in stats.items()}

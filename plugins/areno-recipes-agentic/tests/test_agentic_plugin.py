@@ -6,6 +6,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import pluggy
+import pytest
 from areno_recipes_agentic import plugin
 from areno_recipes_agentic.duelgrid.agent import run_agent as duelgrid_agent
 from areno_recipes_agentic.duelgrid.generate import generate_states
@@ -40,27 +41,36 @@ def _collect(hook: str) -> dict[str, Any]:
     return seen
 
 
-def test_plugin_register_dataset_loaders_gives_both_games() -> None:
-    assert _collect("register_dataset_loaders") == {
-        "tictactoe": tictactoe_loader,
-        "tictactoe_sft": tictactoe_sft_loader,
-        "duelgrid": duelgrid_loader,
-    }
-
-
-def test_plugin_register_rewards_gives_both_games() -> None:
-    assert _collect("register_rewards") == {
-        "tictactoe": tictactoe_reward_fn,
-        "duelgrid": duelgrid_reward_fn,
-    }
-
-
-def test_plugin_register_agents_gives_both_games_and_retry() -> None:
-    assert _collect("register_agents") == {
-        "tictactoe": tictactoe_agent,
-        "tictactoe-retry": run_agent_with_retry,
-        "duelgrid": duelgrid_agent,
-    }
+@pytest.mark.parametrize(
+    ("hook", "expected"),
+    [
+        pytest.param(
+            "register_dataset_loaders",
+            {
+                "tictactoe": tictactoe_loader,
+                "tictactoe_sft": tictactoe_sft_loader,
+                "duelgrid": duelgrid_loader,
+            },
+            id="dataset-loaders-of-both-games",
+        ),
+        pytest.param(
+            "register_rewards",
+            {"tictactoe": tictactoe_reward_fn, "duelgrid": duelgrid_reward_fn},
+            id="rewards-of-both-games",
+        ),
+        pytest.param(
+            "register_agents",
+            {
+                "tictactoe": tictactoe_agent,
+                "tictactoe-retry": run_agent_with_retry,
+                "duelgrid": duelgrid_agent,
+            },
+            id="agents-of-both-games-and-retry",
+        ),
+    ],
+)
+def test_plugin_registers_each_game_function_by_name(hook: str, expected: dict[str, Any]) -> None:
+    assert _collect(hook) == expected
 
 
 def test_plugin_register_recipes_gives_gpu_and_cpu_recipes() -> None:

@@ -156,11 +156,16 @@ def test_pickup_energy_restores_after_paying_cost() -> None:
     assert events[-1].amount == 3
 
 
-def test_pickup_without_item_rejected() -> None:
+@pytest.mark.parametrize(
+    ("unit", "action", "message"),
+    [("A", "PICKUP", "no pickup"), ("U", "SHIELD", "A's turn")],
+    ids=["pickup-without-item", "wrong-unit-turn"],
+)
+def test_refused_action_leaves_the_state_unchanged(unit: str, action: str, message: str) -> None:
     state = _arena()
-    after, events = apply_actions(state, "A", [{"type": "PICKUP"}])
+    after, events = apply_actions(state, unit, [{"type": action}])
     assert after == state
-    assert "no pickup" in events[0].text
+    assert message in events[0].text
 
 
 def test_walking_over_item_does_not_collect_it() -> None:
@@ -232,13 +237,6 @@ def test_kill_ends_game_and_skips_remaining_actions() -> None:
     assert after.is_over and after.winner == "A"
     assert _kinds(events) == ["attack", "damage", "defeated", "skipped"]
     assert after.agent.pos == (0, 0)
-
-
-def test_wrong_unit_turn_rejected() -> None:
-    state = _arena()
-    after, events = apply_actions(state, "U", [{"type": "SHIELD"}])
-    assert after == state
-    assert "A's turn" in events[0].text
 
 
 def test_too_many_actions_rejected_at_limit() -> None:

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from areno_core.metrics.logger import moving_average
+
 METRICS_FILE = "metrics.jsonl"
 MISSING_MATPLOTLIB = (
     "plotting needs matplotlib, which areno-recipes-math installs only with its 'plot' extra: "
@@ -40,17 +42,6 @@ def read_metrics(run: str | Path) -> list[dict[str, Any]]:
         raise FileNotFoundError(f"no {METRICS_FILE} under {run}")
     with path.open() as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def moving_average(values: Sequence[float], window: int) -> list[float]:
-    """Trailing mean over the last ``window`` values (fewer at the start)."""
-    out, total = [], 0.0
-    for i, value in enumerate(values):
-        total += value
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
 
 
 def curve(

@@ -11,30 +11,25 @@ paths); the export keeps only the Hugging Face files a run needs to start from, 
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
+from functools import partial
 
-from areno_core.models.warmstart import KEEP_FILES, PROVENANCE_FILE, sha256
+from areno_core.models.warmstart import KEEP_FILES, PROVENANCE_FILE, export_command, sha256
 from areno_core.models.warmstart import export_checkpoint as _export
 
 SFT_COMMAND = "areno train --recipe math/arith-sft --save-path runs/arith-sft"
 
-
-def export_checkpoint(src: str | Path, out: str | Path, *, command: str = SFT_COMMAND) -> Path:
-    """Export checkpoint ``src`` as this pack's warm start in ``out`` (replaced), recording
-    ``command`` (see :func:`areno_core.models.warmstart.export_checkpoint`)."""
-    return _export(src, out, command=command)
+# Export checkpoint ``src`` as this pack's warm start in ``out`` (replaced), recording
+# SFT_COMMAND (see :func:`areno_core.models.warmstart.export_checkpoint`).
+export_checkpoint = partial(_export, command=SFT_COMMAND)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    export_command(
+        argv,
         prog="python -m areno_recipes_math.warmstart",
         description="Export an SFT checkpoint's model and tokenizer files.",
+        command=SFT_COMMAND,
     )
-    parser.add_argument("src", help="checkpoint directory or the run's --save-path")
-    parser.add_argument("--out", required=True, help="destination directory (replaced)")
-    args = parser.parse_args(argv)
-    export_checkpoint(args.src, args.out)
 
 
 __all__ = ["KEEP_FILES", "PROVENANCE_FILE", "SFT_COMMAND", "export_checkpoint", "main", "sha256"]

@@ -18,12 +18,8 @@ from areno_core.engine_conformance import EOS, conformance_model
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # Tiny matmuls are far faster on one thread than with threads fighting over two cores.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+def _one_thread(one_torch_thread: None) -> None:
+    """Tiny matmuls are far faster on one thread than with threads fighting over two cores."""
 
 
 @pytest.fixture

@@ -241,34 +241,7 @@ def test_two_torchrun_nodes_on_localhost_train_like_one_process(tmp_path, files)
     )
 
 
-RECORDING_SINK = """
-import json, os
-from areno_core import hookimpl
-from areno_core.contracts.sink import SinkSpec
-
-
-class RecordingSink:
-    def __init__(self, run):
-        self.write("start")
-
-    def write(self, event, **data):
-        with open(os.environ["RECORD_SINK_FILE"], "a") as f:
-            f.write(json.dumps({"event": event, "rank": os.environ.get("RANK"), **data}) + "\\n")
-
-    def log(self, metrics, step):
-        self.write("log", step=step)
-
-    def finish(self, checkpoint_path):
-        self.write("finish", checkpoint=checkpoint_path)
-
-    def close(self):
-        self.write("close")
-
-
-@hookimpl
-def register_metric_sinks(register):
-    register(SinkSpec("recording", "records every call", RecordingSink))
-"""
+RECORDING_SINK = (REPO / "tests" / "fixtures" / "recording_sink_pack.py").read_text()
 
 
 @pytest.mark.timeout(300)

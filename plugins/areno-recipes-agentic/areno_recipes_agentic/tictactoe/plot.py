@@ -17,17 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-
-def moving_average(values: Sequence[float], window: int) -> list[float]:
-    """Trailing mean over up to ``window`` values (shorter at the start)."""
-    out: list[float] = []
-    total = 0.0
-    for i, value in enumerate(values):
-        total += value
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
+from areno_core.metrics.logger import moving_average
 
 
 def reward_series(run: str | Path) -> tuple[list[int], list[float]]:

@@ -12,31 +12,27 @@ the weights.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
-from pathlib import Path
+from functools import partial
 
-from areno_core.models.warmstart import KEEP_FILES, PROVENANCE_FILE, sha256
+from areno_core.models.warmstart import KEEP_FILES, PROVENANCE_FILE, export_command, sha256
 from areno_core.models.warmstart import export_checkpoint as _export
 
 SFT_COMMAND = "areno train --recipe agentic/tictactoe-cpu-sft --save-path runs/ttt-sft"
 
-
-def export_checkpoint(src: str | Path, out: str | Path, *, command: str = SFT_COMMAND) -> Path:
-    """Export checkpoint ``src`` as this pack's warm start in ``out`` (replaced), recording
-    ``command`` (see :func:`areno_core.models.warmstart.export_checkpoint`)."""
-    return _export(src, out, command=command)
+# Export checkpoint ``src`` as this pack's warm start in ``out`` (replaced), recording
+# SFT_COMMAND (see :func:`areno_core.models.warmstart.export_checkpoint`).
+export_checkpoint = partial(_export, command=SFT_COMMAND)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    out = export_command(
+        argv,
         prog="python -m areno_recipes_agentic.tictactoe.warmstart",
         description="Export an SFT checkpoint's model and tokenizer files as a warm start.",
+        command=SFT_COMMAND,
     )
-    parser.add_argument("src", help="checkpoint directory or the run's --save-path")
-    parser.add_argument("--out", required=True, help="destination directory (replaced)")
-    args = parser.parse_args(argv)
-    print(export_checkpoint(args.src, args.out))
+    print(out)
     return 0
 
 
