@@ -196,9 +196,8 @@ def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> d
         groups, metrics = areno_rollout(step, rows, shape, model, engine, sampling, scorer)
         # areno's default is auto, which this shape's few MiB of activations leave off (TRL's
         # side turns its default checkpointing off by hand); on/off only when asked.
-        areno_update(
-            backend, model, groups, shape, checkpointing=CHECKPOINTING[args.activation_checkpointing]
-        )
+        checkpointing = CHECKPOINTING[args.activation_checkpointing]
+        areno_update(backend, model, groups, shape, checkpointing=checkpointing)
         # Tell the engine which policy version it samples from now, as the run loop does;
         # otherwise the next step's samples look stale and the trainer scores them again with
         # the current policy (the decoupled objective's proximal pass) before updating.
