@@ -6,8 +6,8 @@
 ``rg/<task>`` generates 2,000 training problems (seed 0) and 200 held-out ones from the same
 seeded dataset, sharing no question with the training ones, and scores completions with the
 task's own ``score_answer``. It asks Qwen3-0.6B for reasoning-gym's ``<answer>`` format.
-``rg-cpu/chain_sum`` is the CPU recipe that learns in minutes from a warm start shipped in
-this package (made by ``rg-cpu/chain_sum-sft``).
+``rg-cpu/chain_sum`` is the CPU recipe whose sampled reward rises over 300 steps (about 30
+minutes on 2 cores) from a warm start shipped in this package (made by ``rg-cpu/chain_sum-sft``).
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ CHAIN_SUM_SFT = Recipe(
 
 CHAIN_SUM = Recipe(
     name="rg-cpu/chain_sum",
-    summary="reasoning-gym chain_sum (two terms) on CPU: RL lifts held-out accuracy in minutes.",
+    summary="reasoning-gym chain_sum (two terms) on CPU: RL lifts the sampled reward in 300 steps.",
     algorithms=("gspo", "grpo"),
     dataset=CHAIN_TRAIN,
     checkpoint=CHAIN_WARMSTART,
