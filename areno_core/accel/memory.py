@@ -83,14 +83,22 @@ def _reset_peak_rss() -> bool:
     return True
 
 
-def system_memory_bytes() -> int:
-    """Total physical memory of this machine."""
+def _meminfo_bytes(field: str) -> int | None:
+    """One ``/proc/meminfo`` field in bytes (None where the kernel does not report it)."""
     try:
         for line in _MEMINFO.read_text().splitlines():
-            if line.startswith("MemTotal:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
+    return None
+
+
+def system_memory_bytes() -> int:
+    """Total physical memory of this machine."""
+    total = _meminfo_bytes("MemTotal")
+    if total is not None:
+        return total
     try:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (OSError, ValueError, AttributeError):
@@ -104,13 +112,8 @@ def available_memory_bytes(device: str | torch.device) -> int:
     where = torch.device(device)
     if where.type == "cuda":
         return int(torch.cuda.mem_get_info(where)[0])
-    try:
-        for line in _MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return system_memory_bytes()
+    available = _meminfo_bytes("MemAvailable")
+    return system_memory_bytes() if available is None else available
 
 
 class MemoryMeter:

@@ -304,11 +304,27 @@ class Updater:
             # Scored in run() once the optimizer steps are planned, still before the first one.
             return batch, {"train/stale_rows": float(stale)}, True
         started = time.perf_counter()
+        proximal = self._score_proximal(model, batch, plan, temperature)
+        metrics = {
+            "train/stale_rows": float(stale),
+            "time/proximal": time.perf_counter() - started,
+        }
+        return with_proximal(batch, proximal), metrics, False
+
+    def _score_proximal(
+        self,
+        model: TrainableModel,
+        batch: dict[str, Any],
+        plan: list[list[int]],
+        temperature: float,
+    ) -> torch.Tensor:
+        """The policy as it is now (the proximal policy) scored over the rows of ``plan``,
+        without gradients ([B, T] on the CPU; rows outside ``plan`` stay 0)."""
         policy = model.policy
         was_training = policy.training
         policy.eval()
         try:
-            proximal = self.placement.score(
+            return self.placement.score(
                 batch,
                 plan,
                 model.device,
@@ -318,11 +334,6 @@ class Updater:
             )
         finally:
             policy.train(was_training)
-        metrics = {
-            "train/stale_rows": float(stale),
-            "time/proximal": time.perf_counter() - started,
-        }
-        return with_proximal(batch, proximal), metrics, False
 
     def _finish_proximal(
         self,
@@ -343,22 +354,9 @@ class Updater:
         started = time.perf_counter()
         proximal = torch.zeros(batch["rollout_logprobs"].shape, dtype=torch.float32)
         if later:
-            policy = model.policy
-            was_training = policy.training
-            policy.eval()
-            try:
-                lengths = batch["lengths"][later]
-                plan = [[later[i] for i in micro] for micro in score_plan(lengths, mini_bs)]
-                proximal = self.placement.score(
-                    batch,
-                    plan,
-                    model.device,
-                    lambda mb: policy_outputs(
-                        policy, mb, temperature=temperature, share_prefix=self.share_prefix
-                    )["logprobs"],
-                )
-            finally:
-                policy.train(was_training)
+            lengths = batch["lengths"][later]
+            plan = [[later[i] for i in micro] for micro in score_plan(lengths, mini_bs)]
+            proximal = self._score_proximal(model, batch, plan, temperature)
         batch = with_proximal(batch, proximal.to(batch["rollout_logprobs"].dtype))
         flags = torch.zeros(batch["input_ids"].shape[0], dtype=torch.bool)
         flags[first] = True
