@@ -13,6 +13,7 @@ checked against the algorithm's own config class.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -108,7 +109,8 @@ class LocalBackend:
         self.packed_forward = packed_forward
         self._registry = registry
         self.placement: UpdatePlacement = placement or SingleProcess()
-        self._auto_checkpointing: dict[int, bool] = {}
+        # The auto decision per policy module (weakly held: a model that is gone is forgotten).
+        self._auto_checkpointing: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
         self._checkpointed = False
 
     def _checkpointing(
@@ -117,12 +119,12 @@ class LocalBackend:
         """``setting``, or the ``auto`` decision, made once per policy (see
         :mod:`areno_core.train.checkpointing`)."""
         if setting is None:
-            key = id(model.policy)
-            if key not in self._auto_checkpointing:
-                self._auto_checkpointing[key] = resolve_activation_checkpointing(
-                    None, model.policy, rows=rows, seq_len=seq_len, device=self.device
+            policy = model.policy
+            if policy not in self._auto_checkpointing:
+                self._auto_checkpointing[policy] = resolve_activation_checkpointing(
+                    None, policy, rows=rows, seq_len=seq_len, device=self.device
                 )
-            setting = self._auto_checkpointing[key]
+            setting = self._auto_checkpointing[policy]
         self._checkpointed = bool(setting) or is_activation_checkpointing(model.policy)
         return bool(setting)
 
