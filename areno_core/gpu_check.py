@@ -118,11 +118,14 @@ def grpo_args(ctx: Context, run: Path, *extra: str) -> list[str]:
 
 
 def write_inputs(ctx: Context) -> None:
-    """A loader, a reward and 64 GSM8K rows (from the repository) beside the runs."""
+    """A loader, a reward and 64 GSM8K rows (from the repository) beside the runs: rows whose
+    question fits ``--max-prompt-tokens 256`` with the byte tokenizer (a token per byte, plus
+    the chat template), so every step samples all of its prompts."""
     data = ctx.out / "data"
     data.mkdir(parents=True, exist_ok=True)
-    with (REPO / "data" / "gsm8k" / "train.jsonl").open() as f:
-        (data / "rows.jsonl").write_text("".join(next(f) for _ in range(64)))
+    lines = (REPO / "data" / "gsm8k" / "train.jsonl").read_text().splitlines(keepends=True)
+    short = [line for line in lines if len(json.loads(line)["question"].encode()) <= 200]
+    (data / "rows.jsonl").write_text("".join(short[:64]))
     (data / "loader.py").write_text(LOADER)
     (data / "reward.py").write_text(REWARD)
 
@@ -177,12 +180,20 @@ def areno_run(ctx: Context, name: str, *extra: str) -> StepResult:
     return StepResult(name, "ok", seconds, metrics=summarize_run(run))
 
 
+def gpu_test_files() -> list[str]:
+    """The test files that hold ``gpu``-marked tests. Only these are collected, so a GPU
+    machine without the optional packages other test files import (trl, verifiers, ...)
+    still runs every GPU test."""
+    files = sorted([*REPO.glob("tests/**/test_*.py"), *REPO.glob("plugins/*/tests/**/test_*.py")])
+    return [str(f.relative_to(REPO)) for f in files if "mark.gpu" in f.read_text()]
+
+
 def gpu_tests(ctx: Context) -> StepResult:
     report = ctx.out / "gpu_tests.xml"
     started = time.monotonic()
     proc = subprocess.run(
         [ctx.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-         f"--junitxml={report}", "tests", "plugins"],
+         f"--junitxml={report}", *gpu_test_files()],
         capture_output=True, text=True, timeout=ctx.timeout_s, cwd=str(REPO),
     )  # fmt: skip
     seconds = time.monotonic() - started
@@ -234,7 +245,7 @@ def generate_baseline(ctx: Context) -> StepResult:
 
 
 STEPS: tuple[Step, ...] = (
-    Step("gpu_tests", "pytest -m gpu over tests/ and plugins/", gpu_tests),
+    Step("gpu_tests", "pytest -m gpu over the test files that hold gpu tests", gpu_tests),
     Step(
         "grpo_graphs",
         "bf16 GRPO, native engine, CUDA-graph decode",
@@ -250,18 +261,18 @@ STEPS: tuple[Step, ...] = (
         "the same with --drop-rollout-state --offload-optimizer",
         lambda ctx: areno_run(ctx, "grpo_handoff", "--drop-rollout-state", "--offload-optimizer"),
     ),
+    Step("generate_baseline", "decode tokens/s of transformers generate", generate_baseline),
     Step(
         "grpo_tune",
-        "the same with --tune-params",
+        "the GRPO run with --tune-params",
         lambda ctx: areno_run(ctx, "grpo_tune", "--tune-params", "--tune-max-samples", "64"),
     ),
     Step(
         "grpo_sglang",
-        "the same with --rollout-engine sglang (colocated)",
+        "the GRPO run with --rollout-engine sglang (colocated)",
         lambda ctx: areno_run(ctx, "grpo_sglang", "--rollout-engine", "sglang"),
         needs="sglang",
     ),
-    Step("generate_baseline", "decode tokens/s of transformers generate", generate_baseline),
 )
 
 
@@ -391,6 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = StepResult(step.name, "failed", reason=f"{type(exc).__name__}: {exc}"[:200])
         results.append(result)
         print(f"{result.name}: {result.status} {result.reason}".rstrip(), flush=True)
+        # Written after each step, so a check stopped from outside keeps what it measured.
+        write_results(args.out, results, {"machine": machine(), "ckpt": args.ckpt})
     write_results(args.out, results, {"machine": machine(), "ckpt": args.ckpt})
     print(markdown_table(results))
     print(f"written: {args.out / 'gpu_check.json'}, {args.out / 'gpu_check.md'}")

@@ -46,8 +46,17 @@ def test_dry_run_lists_every_step_and_why_one_is_skipped(monkeypatch, capsys):
     assert gpu_check.main(["--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [s.name for s in gpu_check.STEPS]
-    assert lines[5].endswith("[skipped: sglang is not importable]")
+    assert lines[6].endswith("[skipped: sglang is not importable]")
     assert gpu_check.attention_backend() == "flash"  # flash_attn "importable" here
+
+
+def test_gpu_tests_collect_only_the_files_that_hold_gpu_tests():
+    files = gpu_check.gpu_test_files()
+    assert "tests/rollout/test_cuda_graphs.py" in files
+    assert "plugins/areno-sglang/tests/test_gpu.py" in files
+    # A file without a gpu test (and whatever optional package it imports) is not collected.
+    assert "tests/test_gpu_check.py" not in files
+    assert "plugins/areno-envs/tests/test_vf_train.py" not in files
 
 
 def test_unknown_step_and_bad_numbers_are_refused_with_the_choices():
