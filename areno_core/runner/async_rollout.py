@@ -47,6 +47,7 @@ from areno_core.model import TrainableModel
 from areno_core.rollout.sampling import draw_seed, seeded
 from areno_core.rollout.weights import pack_weights
 from areno_core.runner.worker import (
+    PIPE_CLOSED_ERRORS,
     Batch,
     Failed,
     Ready,
@@ -333,7 +334,7 @@ class AsyncRolloutRunner:
         while True:
             try:
                 message = connection.recv()
-            except (EOFError, OSError):
+            except PIPE_CLOSED_ERRORS:
                 message = None
             with self._done:
                 if isinstance(message, Batch):

@@ -53,6 +53,11 @@ from areno_core.types import SamplingParams, TrajectoryGroup
 
 logger = get_logger(__name__)
 
+# What ``Connection.recv`` raises once its pipe is gone: EOFError or OSError when the other end
+# closed it, TypeError when this end was closed by another thread while ``recv`` waited (its
+# handle is then None). Each reader thread takes any of them as "closed".
+PIPE_CLOSED_ERRORS = (EOFError, OSError, TypeError)
+
 
 # -- messages ---------------------------------------------------------------------------------
 
@@ -199,7 +204,7 @@ class Mailbox:
         while True:
             try:
                 message = self._connection.recv()
-            except (EOFError, OSError):
+            except PIPE_CLOSED_ERRORS:
                 message = _CLOSED
             with self._ready:
                 self._messages.append(message)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from areno_core.rollout.weights import pack_weights
+from areno_core.runner import worker
 from areno_core.runner.worker import (
     Batch,
     Mailbox,
@@ -122,3 +123,17 @@ def test_rollout_before_any_weights_is_an_error(pipes):
     inbox_write.send(request(0))
     with pytest.raises(RuntimeError, match="before any weights"):
         serve(FakeRunner(), Mailbox(inbox_read), outbox_write)
+
+
+@pytest.mark.parametrize("error", [EOFError, OSError, TypeError])
+def test_mailbox_takes_a_pipe_that_broke_in_any_way_as_closed(error):
+    # TypeError is what Connection.recv raises when another thread closed it mid-read.
+    class Broken:
+        def recv(self):
+            raise error("closed")
+
+    mailbox = Mailbox(Broken())
+    mailbox._thread.join(timeout=5)
+    assert not mailbox._thread.is_alive()
+    taken = mailbox.take(block=False)  # a reader that died on the error would leave nothing
+    assert len(taken) == 1 and taken[0] is worker._CLOSED
