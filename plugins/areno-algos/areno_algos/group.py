@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from areno_algos.common import ONLINE_ROW_SCHEMA, Tensor, broadcast_over_tokens, require
+from areno_algos.common import (
+    ONLINE_ROW_SCHEMA,
+    Tensor,
+    broadcast_over_tokens,
+    require,
+    token_clip_loss,
+)
 from areno_core.algorithm import AlgorithmSpec, LossFn
 
 # ``(rewards, group_index) -> [B]``: one advantage per row.
@@ -30,10 +36,12 @@ def group_policy_spec(
     name: str,
     summary: str,
     config_cls: type,
-    loss: LossFn,
     advantages: Callable[[dict[str, Any], Any], dict[str, Any]],
+    loss: LossFn = token_clip_loss,
 ) -> AlgorithmSpec:
-    """The spec of a group algorithm: online rows, groups per prompt, decoupled when stale."""
+    """The spec of a group algorithm: online rows, groups per prompt, decoupled when stale.
+    The loss is the token-level clipped ratio (GRPO's and RLOO's) unless ``loss`` is given
+    (GSPO clips a sequence-level ratio)."""
     return AlgorithmSpec(
         name=name,
         summary=summary,

@@ -29,7 +29,6 @@ from areno_algos.common import (
     behaviour_weight_cap_field,
     group_normalized_rewards,
     loss_agg_field,
-    token_clip_loss,
 )
 from areno_algos.group import group_advantages, group_policy_spec
 from areno_core.options import option
@@ -76,6 +75,5 @@ SPEC = group_policy_spec(
     name="grpo",
     summary="Group-relative policy optimisation: group-normalised rewards, token-level clip.",
     config_cls=GRPOConfig,
-    loss=token_clip_loss,
     advantages=grpo_advantages,
 )

@@ -24,7 +24,6 @@ from areno_algos.common import (
     clip_eps_field,
     leave_one_out_advantages,
     loss_agg_field,
-    token_clip_loss,
 )
 from areno_algos.group import group_advantages, group_policy_spec
 
@@ -54,6 +53,5 @@ SPEC = group_policy_spec(
     name="rloo",
     summary="REINFORCE leave-one-out: baseline from the group's other samples, token clip.",
     config_cls=RLOOConfig,
-    loss=token_clip_loss,
     advantages=rloo_advantages,
 )
