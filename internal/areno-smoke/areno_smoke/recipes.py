@@ -11,11 +11,14 @@ DPO), the reward stays within its range, and the final checkpoint loads.
 
 from __future__ import annotations
 
-from areno_core.recipe import Gate, HardwareFloor, Recipe
+import attrs
+from areno_algos.recipe_kit import cpu_floor
+
+from areno_core.recipe import Gate, Recipe
 
 FIXTURE = "resource:areno_smoke/data/arith.jsonl"
 REWARD = "resource:areno_smoke/rewards.py:digit_share_reward_fn"
-CPU = HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="2 cores are enough")
+CPU = cpu_floor("2 cores are enough")
 
 COMMON = {
     "seed": 0,
@@ -144,21 +147,15 @@ SMOKE_DPO = Recipe(
     description="Internal smoke test of --algo dpo; not a public recipe.",
 )
 
-# LoRA: a recipe that needs adapters and sets them itself; the reference is the base model
-# (the policy with its adapters off) and the checkpoint an adapter in PEFT's format.
-SMOKE_DPO_LORA = Recipe(
+# LoRA: smoke/dpo with adapters the recipe requires and sets itself (same data, model and
+# gates); the reference is the base model (the policy with its adapters off) and the
+# checkpoint an adapter in PEFT's format.
+SMOKE_DPO_LORA = attrs.evolve(
+    SMOKE_DPO,
     name="smoke/dpo-lora",
     summary="DPO with rank-8 LoRA adapters: 6 steps of 8 pairs; margin must rise",
-    algorithms=("dpo",),
-    dataset=FIXTURE,
-    loader="smoke_preferences",
-    checkpoint="random:qwen3-tiny",
     defaults={**SMOKE_DPO.defaults, "lora_rank": 8, "lr": 2e-2, "min_lr": 2e-2},
-    hardware=CPU,
     lora_required=True,
-    expected_metrics=SMOKE_DPO.expected_metrics,
-    gates=SMOKE_DPO.gates,
-    visibility="internal",
     description="Internal smoke test of --algo dpo with --lora-rank; not a public recipe.",
 )
 
