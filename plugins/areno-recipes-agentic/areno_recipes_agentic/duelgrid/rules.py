@@ -83,8 +83,20 @@ class Rules:
     max_turns: int = 60
 
 
+class _OnTile:
+    """A thing standing on the tile (``row``, ``col``); ``pos`` is that tile."""
+
+    __slots__ = ()
+    row: int
+    col: int
+
+    @property
+    def pos(self) -> Pos:
+        return (self.row, self.col)
+
+
 @attrs.frozen
-class Unit:
+class Unit(_OnTile):
     """One unit: where it stands, its hit points and energy, and whether its shield is up."""
 
     name: str
@@ -94,22 +106,14 @@ class Unit:
     energy: int
     shielded: bool = False
 
-    @property
-    def pos(self) -> Pos:
-        return (self.row, self.col)
-
 
 @attrs.frozen
-class Item:
+class Item(_OnTile):
     """A pickup lying on a tile."""
 
     row: int
     col: int
     kind: str
-
-    @property
-    def pos(self) -> Pos:
-        return (self.row, self.col)
 
 
 @attrs.frozen
