@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from areno_algos import recipe_kit
 
 from areno_core.recipe import Gate, Recipe
@@ -277,13 +278,11 @@ TICTACTOE_CPU_SFT = Recipe(
     ),
 )
 
-TICTACTOE_CPU_SMOKE = Recipe(
+# The first 60 steps of agentic/tictactoe-cpu: the same rows, agent, reward and warm start.
+TICTACTOE_CPU_SMOKE = attrs.evolve(
+    TICTACTOE_CPU,
     name="agentic/tictactoe-cpu-smoke",
     summary="CI gate: the first 60 steps of agentic/tictactoe-cpu must raise the reward",
-    algorithms=("grpo",),
-    dataset=TICTACTOE_CPU_TRAIN,
-    **_game("tictactoe"),
-    checkpoint=TICTACTOE_WARMSTART,
     defaults={**_TICTACTOE_CPU_RL, "max_steps": 60, "save_interval": 60},
     hardware=CPU,
     expected_metrics={
