@@ -22,8 +22,8 @@ ARITH_TRAIN = f"{RESOURCE}/data/arith_train.jsonl"
 ARITH_EVAL = f"{RESOURCE}/data/arith_eval.jsonl"
 ARITH_WARMSTART = f"{RESOURCE}/checkpoints/arith-sft"
 
-# Shared by the online algorithms of math/arith (see recipe_kit.arithmetic_rl for how it was tuned).
-# Greedy exact-match on the 500 held-out problems at steps 0, 100, ..., 500 (eval/accuracy,
+# Shared by the online algorithms of math/arith (recipe_kit.arithmetic_rl says how it was
+# tuned). Greedy exact-match on the 500 held-out problems at steps 0, 100, ..., 500 (eval/accuracy,
 # and the run summary's "eval accuracy"); about 5 s each.
 _ARITH_RL = recipe_kit.arithmetic_rl(max_steps=500, eval_dataset_path=ARITH_EVAL, eval_interval=100)
 
@@ -43,7 +43,7 @@ ARITH = Recipe(
     # (rank 16, gspo), 1e-3 lifted held-out accuracy most (0.240 -> 0.540 at step 500) and
     # never lost accuracy on the way; 3e-3 first fell to 0.142 (step 100). See docs/lora.md.
     lora_defaults={"lr": 1.0e-3, "min_lr": 1.0e-4},
-    # GSPO's clip band is widened to 0.05 (see recipe_kit.ARITHMETIC_GSPO_CLIP for the measurement).
+    # GSPO's clip band is widened to 0.05 (recipe_kit.ARITHMETIC_GSPO_CLIP has the measurement).
     algorithm_defaults=recipe_kit.arithmetic_rl_by_algorithm(_ARITH_RL),
     hardware=recipe_kit.cpu_floor(
         "measured on 2 CPU cores; peak RSS of a run is about 0.6 GiB; no GPU needed"
