@@ -11,11 +11,14 @@ DPO), the reward stays within its range, and the final checkpoint loads.
 
 from __future__ import annotations
 
-from areno_core.recipe import Gate, HardwareFloor, Recipe
+import attrs
+from areno_algos.recipe_kit import cpu_floor
+
+from areno_core.recipe import Gate, Recipe
 
 FIXTURE = "resource:areno_smoke/data/arith.jsonl"
 REWARD = "resource:areno_smoke/rewards.py:digit_share_reward_fn"
-CPU = HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="2 cores are enough")
+CPU = cpu_floor("2 cores are enough")
 
 COMMON = {
     "seed": 0,
@@ -35,6 +38,8 @@ ONLINE = {
     "lr": 1e-3,
     "min_lr": 1e-3,
 }
+# SFT and DPO: 6 steps of 8 rows.
+OFFLINE = {**COMMON, "max_steps": 6, "batch_size": 8, "mini_bs": 8}
 LOADS = Gate("checkpoint_loadable", description="the last checkpoint loads as a HF model")
 LOGGED_ONLINE = (
     "rollout/accuracy",
@@ -51,17 +56,41 @@ def _finite(*metrics: str) -> tuple[Gate, ...]:
     return tuple(Gate("finite", m) for m in metrics)
 
 
-def _online(algo: str, extra_defaults: dict[str, object], *extra_gates: Gate) -> Recipe:
+def _smoke(
+    algo: str,
+    *,
+    summary: str,
+    loader: str,
+    defaults: dict[str, object],
+    expected_metrics: dict[str, str],
+    gates: tuple[Gate, ...],
+    reward: str | None = None,
+) -> Recipe:
+    """``smoke/<algo>``: the tiny model on the packaged fixture, on the CPU, internal."""
     return Recipe(
         name=f"smoke/{algo}",
-        summary=f"{algo.upper()} smoke: 2 steps, 4 prompts x 4 samples x 12 tokens",
+        summary=summary,
         algorithms=(algo,),
         dataset=FIXTURE,
+        loader=loader,
+        reward=reward,
+        checkpoint="random:qwen3-tiny",
+        defaults=defaults,
+        hardware=CPU,
+        expected_metrics=expected_metrics,
+        gates=gates,
+        visibility="internal",
+        description=f"Internal smoke test of --algo {algo}; not a public recipe.",
+    )
+
+
+def _online(algo: str, extra_defaults: dict[str, object], *extra_gates: Gate) -> Recipe:
+    return _smoke(
+        algo,
+        summary=f"{algo.upper()} smoke: 2 steps, 4 prompts x 4 samples x 12 tokens",
         loader="smoke_prompts",
         reward=REWARD,
-        checkpoint="random:qwen3-tiny",
         defaults={**ONLINE, **extra_defaults},
-        hardware=CPU,
         expected_metrics={
             "rollout/reward_mean": "mean digit share of the sampled completions",
             "rollout/response_length_mean": "sampled completion length, tokens",
@@ -84,55 +113,27 @@ def _online(algo: str, extra_defaults: dict[str, object], *extra_gates: Gate) ->
             *extra_gates,
             LOADS,
         ),
-        visibility="internal",
-        description=f"Internal smoke test of --algo {algo}; not a public recipe.",
     )
 
 
-SMOKE_SFT = Recipe(
-    name="smoke/sft",
+SMOKE_SFT = _smoke(
+    "sft",
     summary="SFT smoke: 6 steps of 8 arithmetic answers; loss must fall",
-    algorithms=("sft",),
-    dataset=FIXTURE,
     loader="smoke_sft",
-    checkpoint="random:qwen3-tiny",
-    defaults={
-        **COMMON,
-        "max_steps": 6,
-        "batch_size": 8,
-        "mini_bs": 8,
-        "max_new_tokens": 32,
-        "lr": 3e-3,
-        "min_lr": 3e-3,
-    },
-    hardware=CPU,
+    defaults={**OFFLINE, "max_new_tokens": 32, "lr": 3e-3, "min_lr": 3e-3},
     expected_metrics={"train/lr": "learning rate", "time/train": "seconds in the update"},
     gates=(
         *_finite("train/loss", "train/grad_norm"),
         Gate("falls", "train/loss", threshold=0.5, description="6 steps at lr 3e-3 learn"),
         LOADS,
     ),
-    visibility="internal",
-    description="Internal smoke test of --algo sft; not a public recipe.",
 )
 
-SMOKE_DPO = Recipe(
-    name="smoke/dpo",
+SMOKE_DPO = _smoke(
+    "dpo",
     summary="DPO smoke: 6 steps of 8 pairs; margin must rise",
-    algorithms=("dpo",),
-    dataset=FIXTURE,
     loader="smoke_preferences",
-    checkpoint="random:qwen3-tiny",
-    defaults={
-        **COMMON,
-        "max_steps": 6,
-        "batch_size": 8,
-        "mini_bs": 8,
-        "lr": 2e-3,
-        "min_lr": 2e-3,
-        "dpo_beta": 0.1,
-    },
-    hardware=CPU,
+    defaults={**OFFLINE, "lr": 2e-3, "min_lr": 2e-3, "dpo_beta": 0.1},
     expected_metrics={"train/rewards/accuracy": "share of pairs ranked right"},
     gates=(
         *_finite("train/loss", "train/rewards/margin"),
@@ -140,25 +141,17 @@ SMOKE_DPO = Recipe(
         Gate("at_least", "train/rewards/accuracy", threshold=0.5, after_step=4),
         LOADS,
     ),
-    visibility="internal",
-    description="Internal smoke test of --algo dpo; not a public recipe.",
 )
 
-# LoRA: a recipe that needs adapters and sets them itself; the reference is the base model
-# (the policy with its adapters off) and the checkpoint an adapter in PEFT's format.
-SMOKE_DPO_LORA = Recipe(
+# LoRA: smoke/dpo with adapters the recipe requires and sets itself (same data, model and
+# gates); the reference is the base model (the policy with its adapters off) and the
+# checkpoint an adapter in PEFT's format.
+SMOKE_DPO_LORA = attrs.evolve(
+    SMOKE_DPO,
     name="smoke/dpo-lora",
     summary="DPO with rank-8 LoRA adapters: 6 steps of 8 pairs; margin must rise",
-    algorithms=("dpo",),
-    dataset=FIXTURE,
-    loader="smoke_preferences",
-    checkpoint="random:qwen3-tiny",
     defaults={**SMOKE_DPO.defaults, "lora_rank": 8, "lr": 2e-2, "min_lr": 2e-2},
-    hardware=CPU,
     lora_required=True,
-    expected_metrics=SMOKE_DPO.expected_metrics,
-    gates=SMOKE_DPO.gates,
-    visibility="internal",
     description="Internal smoke test of --algo dpo with --lora-rank; not a public recipe.",
 )
 

@@ -75,26 +75,25 @@ FAILING_PACK = """
 from areno_core import hookimpl
 from areno_core.recipe import Gate, Recipe
 
+# Both train the tiny model on the smoke pack's SFT rows.
+SFT_ROWS = dict(
+    dataset="resource:areno_smoke/data/arith.jsonl",
+    loader="smoke_sft",
+    checkpoint="random:qwen3-tiny",
+    visibility="internal",
+)
 IMPOSSIBLE = Recipe(
     name="failing/sft",
     summary="an SFT run whose gate cannot pass",
     algorithms=("sft",),
-    dataset="resource:areno_smoke/data/arith.jsonl",
-    loader="smoke_sft",
-    checkpoint="random:qwen3-tiny",
     defaults={"max_steps": 1, "batch_size": 4, "mini_bs": 4, "max_new_tokens": 16,
               "activation_checkpointing": False},
     gates=(Gate("finite", "train/loss"), Gate("at_least", "train/loss", threshold=1.0e9)),
-    visibility="internal",
+    **SFT_ROWS,
 )
+# SFT rows under DPO: the loader's rows lack chosen/rejected, so the run fails.
 BROKEN = Recipe(
-    name="failing/dpo",
-    summary="a DPO run whose rows do not fit",
-    algorithms=("dpo",),
-    dataset="resource:areno_smoke/data/arith.jsonl",
-    loader="smoke_sft",
-    checkpoint="random:qwen3-tiny",
-    visibility="internal",
+    name="failing/dpo", summary="a DPO run whose rows do not fit", algorithms=("dpo",), **SFT_ROWS
 )
 
 

@@ -19,23 +19,18 @@ of the train step) and each token's loss is multiplied by the importance weight
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
 from typing import Any
 
 import attrs
-import torch
 
 from areno_algos.common import (
-    ONLINE_ROW_SCHEMA,
     TOKEN_CLIP_LOSS_AGG,
     behaviour_weight_cap_field,
-    broadcast_over_tokens,
     group_normalized_rewards,
     loss_agg_field,
-    require,
-    token_clip_loss,
 )
-from areno_core.algorithm import AlgorithmSpec
+from areno_algos.group import group_advantages, group_policy_spec
 from areno_core.options import option
 from areno_core.validators import boolean, number
 
@@ -72,27 +67,13 @@ class GRPOConfig:
 
 
 def grpo_advantages(batch: dict[str, Any], config: GRPOConfig) -> dict[str, Any]:
-    require(batch, ("rewards", "group_index", "loss_mask"), "grpo")
-    per_row = group_normalized_rewards(
-        batch["rewards"], batch["group_index"], scale=config.scale_rewards
-    )
-    return {**batch, "advantages": broadcast_over_tokens(per_row, batch["loss_mask"])}
+    normalise = functools.partial(group_normalized_rewards, scale=config.scale_rewards)
+    return group_advantages(batch, normalise, "grpo")
 
 
-def grpo_loss(
-    outputs: Mapping[str, Any], batch: Mapping[str, Any], config: GRPOConfig
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    return token_clip_loss(outputs, batch, config)
-
-
-SPEC = AlgorithmSpec(
+SPEC = group_policy_spec(
     name="grpo",
     summary="Group-relative policy optimisation: group-normalised rewards, token-level clip.",
-    kind="online",
-    row_schema=ONLINE_ROW_SCHEMA,
     config_cls=GRPOConfig,
-    loss=grpo_loss,
     advantages=grpo_advantages,
-    needs_groups=True,
-    decoupled=True,
 )

@@ -32,19 +32,16 @@ import torch
 
 from areno_algos.common import (
     LOG_RATIO_LIMIT,
-    ONLINE_ROW_SCHEMA,
     aggregate_loss,
     behaviour_stats,
     behaviour_weight_cap_field,
-    broadcast_over_tokens,
     clipped_surrogate,
     group_normalized_rewards,
     loss_agg_field,
     masked_mean,
     policy_stats,
-    require,
 )
-from areno_core.algorithm import AlgorithmSpec
+from areno_algos.group import group_advantages, group_policy_spec
 from areno_core.options import option
 from areno_core.validators import number
 
@@ -64,9 +61,7 @@ class GSPOConfig:
 
 
 def gspo_advantages(batch: dict[str, Any], config: GSPOConfig) -> dict[str, Any]:
-    require(batch, ("rewards", "group_index", "loss_mask"), "gspo")
-    per_row = group_normalized_rewards(batch["rewards"], batch["group_index"])
-    return {**batch, "advantages": broadcast_over_tokens(per_row, batch["loss_mask"])}
+    return group_advantages(batch, group_normalized_rewards, "gspo")
 
 
 def sequence_ratio(
@@ -122,14 +117,10 @@ def gspo_loss(
     return loss, {k: v.detach() for k, v in stats.items()}
 
 
-SPEC = AlgorithmSpec(
+SPEC = group_policy_spec(
     name="gspo",
     summary="Group sequence policy optimisation: group-normalised rewards, sequence-level clip.",
-    kind="online",
-    row_schema=ONLINE_ROW_SCHEMA,
     config_cls=GSPOConfig,
     loss=gspo_loss,
     advantages=gspo_advantages,
-    needs_groups=True,
-    decoupled=True,
 )

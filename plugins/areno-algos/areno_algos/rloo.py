@@ -14,24 +14,18 @@ sampling policy), aggregated with ``loss_agg`` (default ``token-mean``). Stale s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import torch
 
 from areno_algos.common import (
-    ONLINE_ROW_SCHEMA,
     TOKEN_CLIP_LOSS_AGG,
     behaviour_weight_cap_field,
-    broadcast_over_tokens,
     clip_eps_field,
     leave_one_out_advantages,
     loss_agg_field,
-    require,
-    token_clip_loss,
 )
-from areno_core.algorithm import AlgorithmSpec
+from areno_algos.group import group_advantages, group_policy_spec
 
 DEFAULT_LOSS_AGG = TOKEN_CLIP_LOSS_AGG
 
@@ -52,25 +46,12 @@ class RLOOConfig:
 
 
 def rloo_advantages(batch: dict[str, Any], config: RLOOConfig) -> dict[str, Any]:
-    require(batch, ("rewards", "group_index", "loss_mask"), "rloo")
-    per_row = leave_one_out_advantages(batch["rewards"], batch["group_index"])
-    return {**batch, "advantages": broadcast_over_tokens(per_row, batch["loss_mask"])}
+    return group_advantages(batch, leave_one_out_advantages, "rloo")
 
 
-def rloo_loss(
-    outputs: Mapping[str, Any], batch: Mapping[str, Any], config: RLOOConfig
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    return token_clip_loss(outputs, batch, config)
-
-
-SPEC = AlgorithmSpec(
+SPEC = group_policy_spec(
     name="rloo",
     summary="REINFORCE leave-one-out: baseline from the group's other samples, token clip.",
-    kind="online",
-    row_schema=ONLINE_ROW_SCHEMA,
     config_cls=RLOOConfig,
-    loss=rloo_loss,
     advantages=rloo_advantages,
-    needs_groups=True,
-    decoupled=True,
 )

@@ -11,10 +11,11 @@ import math
 
 import pytest
 import torch
-from areno_algos.grpo import GRPOConfig, grpo_loss
+from areno_algos.common import token_clip_loss
+from areno_algos.grpo import GRPOConfig
 from areno_algos.gspo import GSPOConfig, gspo_loss
 from areno_algos.ppo import PPOConfig, ppo_loss
-from areno_algos.rloo import RLOOConfig, rloo_loss
+from areno_algos.rloo import RLOOConfig
 
 F64 = torch.float64
 TOL = {"atol": 1e-12, "rtol": 1e-10}
@@ -47,7 +48,7 @@ BEHAVIOUR, PROXIMAL, STEP, ADV = [-1.0, -2.0], [-0.8, -2.3], [0.1, 0.3], [1.0, 1
 
 @pytest.mark.parametrize(
     ("loss_fn", "config"),
-    [(grpo_loss, GRPOConfig()), (rloo_loss, RLOOConfig()), (ppo_loss, None)],
+    [(token_clip_loss, GRPOConfig()), (token_clip_loss, RLOOConfig()), (ppo_loss, None)],
     ids=["grpo", "rloo", "ppo"],
 )
 def test_token_level_decoupled_loss_equals_hand_computed_reference(loss_fn, config) -> None:
@@ -80,7 +81,7 @@ def test_token_level_decoupled_loss_equals_hand_computed_reference(loss_fn, conf
 
 def test_grpo_decoupled_weight_truncated_at_the_cap() -> None:
     outputs, batch = _batch(BEHAVIOUR, PROXIMAL, STEP, ADV)
-    loss, stats = grpo_loss(outputs, batch, GRPOConfig(behaviour_weight_cap=1.1))
+    loss, stats = token_clip_loss(outputs, batch, GRPOConfig(behaviour_weight_cap=1.1))
     loss.backward()
     # Token 1's weight e^0.2 = 1.2214 is truncated to 1.1; token 2's e^-0.3 is below the cap.
     expected = (-1.1 * E(0.1) - E(-0.3) * 1.2) / 2
@@ -129,8 +130,8 @@ def test_gspo_decoupled_sequence_weight_equals_hand_computed_reference() -> None
 @pytest.mark.parametrize(
     ("loss_fn", "config"),
     [
-        (grpo_loss, GRPOConfig()),
-        (rloo_loss, RLOOConfig()),
+        (token_clip_loss, GRPOConfig()),
+        (token_clip_loss, RLOOConfig()),
         (gspo_loss, GSPOConfig(gspo_clip_eps=0.05, gspo_clip_eps_high=0.05)),
     ],
     ids=["grpo", "rloo", "gspo"],

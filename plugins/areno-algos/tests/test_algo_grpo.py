@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from areno_algos.common import LOSS_AGG_MODES
-from areno_algos.grpo import GRPOConfig, grpo_advantages, grpo_loss
+from areno_algos.common import LOSS_AGG_MODES, token_clip_loss
+from areno_algos.grpo import GRPOConfig, grpo_advantages
 
 F64 = torch.float64
 TOL = {"atol": 1e-12, "rtol": 1e-10}
@@ -57,7 +57,7 @@ def test_grpo_loss_ratio_inside_band_equals_unclipped_surrogate() -> None:
     # A = 1: loss = (-1.105171 - 0.904837) / 2 tokens = -1.005004
     # grad wrt logprob_t = -ratio_t * A / 2
     outputs, batch = _one_row([0.1, -0.1], [1.0, 1.0], tokens=2.0)
-    loss, stats = grpo_loss(outputs, batch, GRPOConfig())
+    loss, stats = token_clip_loss(outputs, batch, GRPOConfig())
     loss.backward()
     torch.testing.assert_close(loss, torch.tensor(-(E(0.1) + E(-0.1)) / 2, dtype=F64), **TOL)
     grad = outputs["logprobs"].grad
@@ -83,7 +83,7 @@ def test_grpo_loss_ratio_outside_band_is_clipped_with_zero_grad() -> None:
     #   A=-1, r=e^0.3=1.349859 -> unclipped side: 1.349859, grad +1.349859/4
     # loss = (-1.2 - 1.105171 + 0.8 + 1.349859) / 4 = -0.038828
     outputs, batch = _one_row([0.3, 0.1, -0.3, 0.3], [1.0, 1.0, -1.0, -1.0], tokens=4.0)
-    loss, stats = grpo_loss(outputs, batch, GRPOConfig())
+    loss, stats = token_clip_loss(outputs, batch, GRPOConfig())
     loss.backward()
     torch.testing.assert_close(loss, torch.tensor(-0.038828027624911166, dtype=F64), **TOL)
     expected_grad = torch.tensor([[0.0, 0.0, -E(0.1) / 4, 0.0, E(0.3) / 4]], dtype=F64)
@@ -95,7 +95,7 @@ def test_grpo_loss_ratio_outside_band_is_clipped_with_zero_grad() -> None:
 def test_grpo_loss_clip_higher_widens_upper_band_only() -> None:
     # eps_high 0.4 -> band [0.8, 1.4]: r = 1.349859 with A=+1 is no longer clipped
     outputs, batch = _one_row([0.3, -0.3], [1.0, -1.0], tokens=2.0)
-    loss, stats = grpo_loss(outputs, batch, GRPOConfig(grpo_clip_eps_high=0.4))
+    loss, stats = token_clip_loss(outputs, batch, GRPOConfig(grpo_clip_eps_high=0.4))
     loss.backward()
     torch.testing.assert_close(loss, torch.tensor((-E(0.3) + 0.8) / 2, dtype=F64), **TOL)
     grad = outputs["logprobs"].grad
@@ -116,8 +116,8 @@ def test_grpo_loss_seq_mean_token_mean_weights_rows_equally() -> None:
         "group_loss_tokens": 4.0,
         "group_sequences": 2.0,
     }
-    tok, _ = grpo_loss({"logprobs": zeros}, batch, GRPOConfig())
-    seq, _ = grpo_loss({"logprobs": zeros}, batch, GRPOConfig(loss_agg="seq-mean-token-mean"))
+    tok, _ = token_clip_loss({"logprobs": zeros}, batch, GRPOConfig())
+    seq, _ = token_clip_loss({"logprobs": zeros}, batch, GRPOConfig(loss_agg="seq-mean-token-mean"))
     torch.testing.assert_close(tok, torch.tensor(0.25, dtype=F64), **TOL)
     torch.testing.assert_close(seq, torch.tensor(-0.5, dtype=F64), **TOL)
 
@@ -129,5 +129,5 @@ def test_grpo_loss_split_into_microbatches_same_loss_grad_stats(
     outputs, batch = random_online_batch(seed=11)
     config = GRPOConfig(grpo_clip_eps_high=0.28, loss_agg=mode)
     batch = grpo_advantages(batch, config)
-    check_split(grpo_loss, outputs, batch, config, [1])
-    check_split(grpo_loss, outputs, batch, config, [2, 3, 5])
+    check_split(token_clip_loss, outputs, batch, config, [1])
+    check_split(token_clip_loss, outputs, batch, config, [2, 3, 5])

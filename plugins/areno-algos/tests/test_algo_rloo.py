@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from areno_algos.common import LOSS_AGG_MODES
-from areno_algos.rloo import RLOOConfig, rloo_advantages, rloo_loss
+from areno_algos.common import LOSS_AGG_MODES, token_clip_loss
+from areno_algos.rloo import RLOOConfig, rloo_advantages
 
 F64 = torch.float64
 TOL = {"atol": 1e-12, "rtol": 1e-10}
@@ -58,7 +58,7 @@ def _batch(diffs: list[float], adv: list[float]) -> tuple[dict, dict]:
 def test_rloo_loss_ratio_inside_band_equals_unclipped_surrogate() -> None:
     # A = -4/3, r = e^0.15 = 1.161834 (inside [0.8, 1.2]): loss = -r * A = 1.549112, grad = -r*A
     outputs, batch = _batch([0.15], [-4 / 3])
-    loss, stats = rloo_loss(outputs, batch, RLOOConfig())
+    loss, stats = token_clip_loss(outputs, batch, RLOOConfig())
     loss.backward()
     torch.testing.assert_close(loss, torch.tensor(E(0.15) * 4 / 3, dtype=F64), **TOL)
     torch.testing.assert_close(
@@ -72,7 +72,7 @@ def test_rloo_loss_ratio_outside_band_is_clipped_with_zero_grad() -> None:
     # A = -8/3, r = e^-0.5 = 0.606531 < 0.8 -> loss = 0.8 * 8/3 = 2.133333, grad 0
     # mean over 2 tokens: (-4.8 + 2.133333) / 2 = -1.333333
     outputs, batch = _batch([0.25, -0.5], [4.0, -8 / 3])
-    loss, stats = rloo_loss(outputs, batch, RLOOConfig())
+    loss, stats = token_clip_loss(outputs, batch, RLOOConfig())
     loss.backward()
     torch.testing.assert_close(loss, torch.tensor((-4.8 + 0.8 * 8 / 3) / 2, dtype=F64), **TOL)
     assert torch.equal(outputs["logprobs"].grad, torch.zeros(1, 3, dtype=F64))
@@ -82,7 +82,7 @@ def test_rloo_loss_ratio_outside_band_is_clipped_with_zero_grad() -> None:
 def test_rloo_loss_clip_eps_option_moves_band() -> None:
     # clip_eps 0.3 -> band [0.7, 1.3]: r = 1.284025 with A = 4 is now inside
     outputs, batch = _batch([0.25], [4.0])
-    loss, _ = rloo_loss(outputs, batch, RLOOConfig(clip_eps=0.3))
+    loss, _ = token_clip_loss(outputs, batch, RLOOConfig(clip_eps=0.3))
     torch.testing.assert_close(loss, torch.tensor(-4.0 * E(0.25), dtype=F64), **TOL)
 
 
@@ -93,5 +93,5 @@ def test_rloo_loss_split_into_microbatches_same_loss_grad_stats(
     outputs, batch = random_online_batch(seed=5)
     config = RLOOConfig(loss_agg=mode)
     batch = rloo_advantages(batch, config)
-    check_split(rloo_loss, outputs, batch, config, [3])
-    check_split(rloo_loss, outputs, batch, config, [1, 2, 4])
+    check_split(token_clip_loss, outputs, batch, config, [3])
+    check_split(token_clip_loss, outputs, batch, config, [1, 2, 4])

@@ -36,7 +36,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from areno_core.recipe import Gate, HardwareFloor, Recipe
+import attrs
+from areno_algos import recipe_kit
+
+from areno_core.recipe import Gate, Recipe
 
 PACKAGE = "areno_recipes_agentic"
 TICTACTOE_DATA = f"resource:{PACKAGE}/data/tictactoe.jsonl"
@@ -47,21 +50,19 @@ TICTACTOE_WARMSTART = f"resource:{PACKAGE}/checkpoints/tictactoe-sft"
 # The warm start's architecture (822,656 parameters, 3.3 MB in float32) with the byte
 # tokenizer's compact chat template: the tool list is one short line, so a prompt is about
 # 110 tokens instead of 490.
-TICTACTOE_MODEL = (
-    "random:qwen3?hidden_size=128&num_hidden_layers=4&num_attention_heads=4"
-    "&num_key_value_heads=2&intermediate_size=384&chat_template=chatml-compact"
-)
+TICTACTOE_MODEL = f"{recipe_kit.TINY_QWEN3}&chat_template=chatml-compact"
 
-GPU = HardwareFloor(
-    device="cuda",
-    min_gpus=1,
-    min_gpu_memory_gb=24,
-    note=(
-        "estimate for full fine-tuning of a 0.6B model: bf16 weights, fp32 AdamW state and "
-        "gradients (about 10 GiB) plus rollout cache and activations; not yet measured"
-    ),
+GPU = recipe_kit.one_gpu_floor(
+    "estimate for full fine-tuning of a 0.6B model: bf16 weights, fp32 AdamW state and "
+    "gradients (about 10 GiB) plus rollout cache and activations; not yet measured"
 )
-CPU = HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="2 cores are enough")
+CPU = recipe_kit.cpu_floor("2 cores are enough")
+
+
+def _game(name: str) -> dict[str, str]:
+    """The loader, reward and agent of a game: each registered under the game's name."""
+    return {"loader": name, "reward": name, "agent": name}
+
 
 HEALTHY = (
     Gate("metric_exists", "rollout/reward_mean", description="rewards are logged"),
@@ -102,9 +103,7 @@ TICTACTOE = Recipe(
     summary="Tic-tac-toe moves through a choose_square tool call, scored against perfect play",
     algorithms=("gspo", "grpo"),
     dataset=TICTACTOE_DATA,
-    loader="tictactoe",
-    reward="tictactoe",
-    agent="tictactoe",
+    **_game("tictactoe"),
     checkpoint="Qwen/Qwen3-0.6B",
     defaults={
         **QWEN_COMMON,
@@ -141,9 +140,7 @@ DUELGRID = Recipe(
     summary="DuelGrid grid duel over 2 rounds against a scripted opponent, via choose_action",
     algorithms=("gspo", "grpo"),
     dataset=DUELGRID_DATA,
-    loader="duelgrid",
-    reward="duelgrid",
-    agent="duelgrid",
+    **_game("duelgrid"),
     checkpoint="Qwen/Qwen3-0.6B",
     defaults={
         **QWEN_COMMON,
@@ -202,14 +199,10 @@ TICTACTOE_CPU = Recipe(
     summary="Tic-tac-toe by tool calls on 2 CPU cores: GRPO from a shipped warm start",
     algorithms=("grpo",),
     dataset=TICTACTOE_CPU_TRAIN,
-    loader="tictactoe",
-    reward="tictactoe",
-    agent="tictactoe",
+    **_game("tictactoe"),
     checkpoint=TICTACTOE_WARMSTART,
     defaults=_TICTACTOE_CPU_RL,
-    hardware=HardwareFloor(
-        device="cpu", min_cpu_memory_gb=2, note="measured on 2 CPU cores; no GPU needed"
-    ),
+    hardware=recipe_kit.cpu_floor("measured on 2 CPU cores; no GPU needed"),
     expected_metrics={
         "rollout/reward_mean": (
             "sampled at temperature 1: 0.433 over steps 1-20, 0.535 over steps 131-150 "
@@ -222,12 +215,7 @@ TICTACTOE_CPU = Recipe(
     gates=(
         Gate("metric_exists", "rollout/reward_mean", description="rewards are logged"),
         Gate("finite", "train/loss", description="the loss stays finite"),
-        Gate(
-            "rises",
-            "rollout/reward_mean",
-            threshold=0.03,
-            description="last third of the run beats the first third (measured: +0.058)",
-        ),
+        recipe_kit.reward_rises("+0.058"),
         Gate("checkpoint_loadable", description="the last checkpoint loads as a HF model"),
     ),
     description=(
@@ -271,7 +259,7 @@ TICTACTOE_CPU_SFT = Recipe(
         "activation_checkpointing": False,
         "save_interval": 100,
     },
-    hardware=HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="measured on 2 CPU cores"),
+    hardware=recipe_kit.cpu_floor("measured on 2 CPU cores"),
     expected_metrics={
         "train/loss": (
             "5.60 at step 1, 0.60 mean over steps 1-100, 0.040 over steps 201-300 (measured); "
@@ -279,9 +267,9 @@ TICTACTOE_CPU_SFT = Recipe(
         )
     },
     gates=(
-        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
-        Gate("falls", "train/loss", threshold=0.4, description="measured: 0.60 -> 0.040"),
-        Gate("checkpoint_loadable", after_step=300, description="step_300 is the warm start"),
+        recipe_kit.FINITE_LOSS,
+        recipe_kit.loss_falls(0.4, "0.60 -> 0.040"),
+        recipe_kit.warm_start_loads(300),
     ),
     description=(
         "`plugins/areno-recipes-agentic/scripts/make_tictactoe_warmstart.sh` runs this recipe "
@@ -290,15 +278,11 @@ TICTACTOE_CPU_SFT = Recipe(
     ),
 )
 
-TICTACTOE_CPU_SMOKE = Recipe(
+# The first 60 steps of agentic/tictactoe-cpu: the same rows, agent, reward and warm start.
+TICTACTOE_CPU_SMOKE = attrs.evolve(
+    TICTACTOE_CPU,
     name="agentic/tictactoe-cpu-smoke",
     summary="CI gate: the first 60 steps of agentic/tictactoe-cpu must raise the reward",
-    algorithms=("grpo",),
-    dataset=TICTACTOE_CPU_TRAIN,
-    loader="tictactoe",
-    reward="tictactoe",
-    agent="tictactoe",
-    checkpoint=TICTACTOE_WARMSTART,
     defaults={**_TICTACTOE_CPU_RL, "max_steps": 60, "save_interval": 60},
     hardware=CPU,
     expected_metrics={
@@ -328,9 +312,7 @@ DUELGRID_CPU = Recipe(
     summary="DuelGrid agentic smoke run: random tiny model, 2 rounds, 2 steps on CPU",
     algorithms=("gspo", "grpo"),
     dataset=DUELGRID_DATA,
-    loader="duelgrid",
-    reward="duelgrid",
-    agent="duelgrid",
+    **_game("duelgrid"),
     # the byte-level conversation reaches about 4,000 tokens after 2 rounds
     checkpoint="random:qwen3-tiny?max_position_embeddings=8192",
     defaults={**CPU_COMMON, "max_prompt_tokens": 6000, "max_context_len": 8000},

@@ -11,10 +11,13 @@ messages in ``record.messages`` are used instead.
 Multi-turn records (an agent that talked to the model more than once, or that recorded what
 the model's reply led to) are read turn by turn with :func:`assistant_turns`: one entry per
 assistant message of ``record.messages``, holding that message's tool calls and its text.
+
+The other way round, :func:`function_tool` builds the OpenAI tool a game offers the model.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Mapping
@@ -28,6 +31,19 @@ _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 MAX_TEXT_CHARS = 20_000
 # At most this many assistant messages of a record are read.
 MAX_TURNS = 64
+
+
+def function_tool(
+    name: str, parameters: Mapping[str, Any], description: str | None = None
+) -> dict[str, Any]:
+    """The OpenAI tool ``{"type": "function", "function": {...}}`` offering ``name`` with the
+    JSON schema ``parameters``, as a fresh dict (safe to modify); without ``description`` the
+    function has no description key."""
+    function: dict[str, Any] = {"name": name}
+    if description is not None:
+        function["description"] = description
+    function["parameters"] = copy.deepcopy(dict(parameters))
+    return {"type": "function", "function": function}
 
 
 def record_tool_calls(record: Any) -> list[Mapping[str, Any]]:

@@ -208,33 +208,11 @@ def run_checkpoints(run: str | Path) -> list[tuple[int, str]]:
     return [(0, start), *steps]
 
 
-def evaluate_run(
-    run: str | Path,
-    dataset: str,
-    *,
-    loader: str | None = DEFAULT_LOADER,
-    reward: str = DEFAULT_REWARD,
-    limit: int | None = None,
-    max_new_tokens: int = 8,
-    device: str = "cpu",
-    engine: str = "native",
-) -> list[tuple[int, float]]:
-    """``(step, accuracy)`` for the start and every saved checkpoint of a run."""
+def evaluate_run(run: str | Path, dataset: str, **options: Any) -> list[tuple[int, float]]:
+    """``(step, accuracy)`` for the start and every saved checkpoint of a run, each measured by
+    :func:`evaluate` with ``options`` (its keyword options: loader, reward, limit, ...)."""
     return [
-        (
-            step,
-            evaluate(
-                path,
-                dataset,
-                loader=loader,
-                reward=reward,
-                limit=limit,
-                max_new_tokens=max_new_tokens,
-                device=device,
-                engine=engine,
-            ).accuracy,
-        )
-        for step, path in run_checkpoints(run)
+        (step, evaluate(path, dataset, **options).accuracy) for step, path in run_checkpoints(run)
     ]
 
 

@@ -13,51 +13,22 @@ README for the exact runs).
 
 from __future__ import annotations
 
-from typing import Any
+from areno_algos import recipe_kit
 
-from areno_core.recipe import Gate, HardwareFloor, Recipe
+from areno_core.recipe import Gate, Recipe
 
 RESOURCE = "resource:areno_recipes_math"
 ARITH_TRAIN = f"{RESOURCE}/data/arith_train.jsonl"
 ARITH_EVAL = f"{RESOURCE}/data/arith_eval.jsonl"
 ARITH_WARMSTART = f"{RESOURCE}/checkpoints/arith-sft"
-# The architecture of the warm start: 822,656 parameters, 3.3 MB in float32.
-ARITH_MODEL = (
-    "random:qwen3?hidden_size=128&num_hidden_layers=4&num_attention_heads=4"
-    "&num_key_value_heads=2&intermediate_size=384"
-)
 
-# Shared by the online algorithms of math/arith. A step samples 32 prompts x 8 completions at
-# temperature 1; minibatches of 64 rows, one microbatch each, make 4 optimizer steps per
-# rollout, so the importance ratios move within a step and the clip acts. lr 1e-4 is the
-# largest of those tried (1e-4, 3e-4, 1e-3) that does not first lose accuracy; at 1e-3 the
-# sampled reward collapses to 0 within 60 steps.
-_ARITH_RL: dict[str, Any] = {
-    "batch_size": 32,
-    "n_samples": 8,
-    "mini_bs": 64,
-    "gradient_accumulation_steps": 1,
-    "max_new_tokens": 6,  # answers have at most 3 digits, then the end-of-sequence token
-    "temperature": 1.0,
-    "lr": 1.0e-4,
-    "min_lr": 1.0e-5,
-    "lr_decay_steps": 1000,
-    "max_steps": 500,
-    "save_interval": 100,
-    # Greedy exact-match on the 500 held-out problems at steps 0, 100, ..., 500 (eval/accuracy,
-    # and the run summary's "eval accuracy"); about 5 s each.
-    "eval_dataset_path": ARITH_EVAL,
-    "eval_interval": 100,
-}
+# Shared by the online algorithms of math/arith (recipe_kit.arithmetic_rl says how it was
+# tuned). Greedy exact-match on the 500 held-out problems at steps 0, 100, ..., 500 (eval/accuracy,
+# and the run summary's "eval accuracy"); about 5 s each.
+_ARITH_RL = recipe_kit.arithmetic_rl(max_steps=500, eval_dataset_path=ARITH_EVAL, eval_interval=100)
 
 # What every math/arith recipe sets, whatever the algorithm.
-_ARITH_COMMON: dict[str, Any] = {
-    "activation_checkpointing": False,
-    "max_prompt_tokens": 16,
-    "attn_backend": "native",
-    "epochs": 100,
-    "seed": 0,
-}
+_ARITH_COMMON = recipe_kit.arithmetic_common(max_prompt_tokens=16)
 
 ARITH = Recipe(
     name="math/arith",
@@ -72,22 +43,10 @@ ARITH = Recipe(
     # (rank 16, gspo), 1e-3 lifted held-out accuracy most (0.240 -> 0.540 at step 500) and
     # never lost accuracy on the way; 3e-3 first fell to 0.142 (step 100). See docs/lora.md.
     lora_defaults={"lr": 1.0e-3, "min_lr": 1.0e-4},
-    algorithm_defaults={
-        "gspo": {
-            **_ARITH_RL,
-            # GSPO's published band (3e-4 / 4e-4) assumes a large model taking small steps.
-            # Here the sequence ratios reach 1.2-1.3 within the 4 updates of a step, so with
-            # that band ~30% of the rows of every step are clipped (no gradient); with 0.05 it
-            # is 1-8%, and held-out accuracy after 500 steps was 0.478 against 0.460.
-            "gspo_clip_eps": 0.05,
-            "gspo_clip_eps_high": 0.05,
-        },
-        "grpo": {**_ARITH_RL, "grpo_clip_eps": 0.2},
-    },
-    hardware=HardwareFloor(
-        device="cpu",
-        min_cpu_memory_gb=2,
-        note="measured on 2 CPU cores; peak RSS of a run is about 0.6 GiB; no GPU needed",
+    # GSPO's clip band is widened to 0.05 (recipe_kit.ARITHMETIC_GSPO_CLIP has the measurement).
+    algorithm_defaults=recipe_kit.arithmetic_rl_by_algorithm(_ARITH_RL),
+    hardware=recipe_kit.cpu_floor(
+        "measured on 2 CPU cores; peak RSS of a run is about 0.6 GiB; no GPU needed"
     ),
     expected_metrics={
         "eval/accuracy": (
@@ -104,13 +63,8 @@ ARITH = Recipe(
         "time/step": "0.25-0.45 s per step on 2 CPU cores shared with other jobs",
     },
     gates=(
-        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
-        Gate(
-            "rises",
-            "rollout/reward_mean",
-            threshold=0.03,
-            description="last third of the run beats the first third (measured: +0.07, +0.08)",
-        ),
+        recipe_kit.FINITE_LOSS,
+        recipe_kit.reward_rises("+0.07, +0.08"),
         Gate(
             "at_least",
             "rollout/reward_mean",
@@ -143,28 +97,18 @@ ARITH_SFT = Recipe(
     summary="The SFT run that made math/arith's shipped warm start (about 1 min on CPU).",
     algorithms=("sft",),
     dataset=ARITH_TRAIN,
-    checkpoint=ARITH_MODEL,
+    checkpoint=recipe_kit.TINY_QWEN3,
     loader="arith_sft",
-    defaults={
-        **_ARITH_COMMON,
-        "batch_size": 64,
-        "mini_bs": 64,
-        "max_new_tokens": 8,
-        "lr": 3.0e-3,
-        "min_lr": 3.0e-4,
-        # Stops at 750 of a 1000-step schedule on purpose: the model then solves about a
-        # quarter of the held-out problems, which leaves room for RL to show.
-        "lr_decay_steps": 1000,
-        "max_steps": 750,
-        "save_interval": 250,
-    },
-    hardware=HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="measured on 2 CPU cores"),
+    # Stops at 750 of a 1000-step schedule: the model then solves about a quarter of the
+    # held-out problems.
+    defaults={**_ARITH_COMMON, **recipe_kit.arithmetic_sft(max_steps=750, save_interval=250)},
+    hardware=recipe_kit.cpu_floor("measured on 2 CPU cores"),
     expected_metrics={
         "train/loss": "5.55 at step 1, 1.43 mean over the first third, 0.65 over steps 700-750",
     },
     gates=(
-        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
-        Gate("falls", "train/loss", threshold=0.5, description="measured: 1.43 -> 0.74"),
+        recipe_kit.FINITE_LOSS,
+        recipe_kit.loss_falls(0.5, "1.43 -> 0.74"),
         Gate(
             "at_most",
             "train/loss",
@@ -172,7 +116,7 @@ ARITH_SFT = Recipe(
             after_step=700,
             description="measured 0.646 over steps 700-750",
         ),
-        Gate("checkpoint_loadable", after_step=750, description="step_750 is the warm start"),
+        recipe_kit.warm_start_loads(750),
     ),
     description=(
         "`scripts/make_arith_warmstart.sh` runs this recipe and exports step_750 (model and "
@@ -194,27 +138,8 @@ GSM8K = Recipe(
     checkpoint="Qwen/Qwen3-0.6B",
     loader="gsm8k",
     reward="math_verify",
-    defaults={
-        "batch_size": 16,
-        "n_samples": 8,
-        "max_running_prompts": 64,
-        "mini_bs": 4,
-        "gradient_accumulation_steps": 8,  # 32 rows per optimizer step, 4 steps per rollout
-        "max_prompt_tokens": 512,
-        "max_new_tokens": 1024,
-        "temperature": 1.0,
-        "disable_thinking": True,
-        "drop_rollout_state": True,
-        "lr": 1.0e-6,
-        "min_lr": 1.0e-7,
-        "lr_decay_steps": 500,
-        "epochs": 1,
-        "save_interval": 50,
-    },
-    hardware=HardwareFloor(
-        device="cuda",
-        min_gpus=1,
-        min_gpu_memory_gb=24,
+    defaults=recipe_kit.qwen3_rl_one_gpu(max_prompt_tokens=512, epochs=1),
+    hardware=recipe_kit.one_gpu_floor(
         min_cpu_memory_gb=16,
         note=(
             "estimated, not measured: ~16 GiB peak by arithmetic (weights, grads, AdamW, "
@@ -232,14 +157,8 @@ GSM8K = Recipe(
     },
     gates=(
         Gate("metric_exists", "rollout/reward_mean", description="rewards were computed"),
-        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
-        Gate(
-            "at_most",
-            "rollout/reward_errors",
-            threshold=0.0,
-            after_step=1,
-            description="the reward never fails",
-        ),
+        recipe_kit.FINITE_LOSS,
+        recipe_kit.scorer_never_fails("the reward never fails"),
         Gate("checkpoint_loadable", description="the final policy loads"),
     ),
     description=(

@@ -13,9 +13,10 @@ minutes on 2 cores) from a warm start shipped in this package (made by ``rg-cpu/
 from __future__ import annotations
 
 import functools
-from typing import Any
 
-from areno_core.recipe import Gate, HardwareFloor, Recipe
+from areno_algos import recipe_kit
+
+from areno_core.recipe import Gate, Recipe
 
 RESOURCE = "resource:areno_envs"
 RG_TRAIN = f"{RESOURCE}/data/rg_train.jsonl"
@@ -23,32 +24,13 @@ RG_EVAL = f"{RESOURCE}/data/rg_eval.jsonl"
 CHAIN_TRAIN = f"{RESOURCE}/data/chain_sum_train.jsonl"
 CHAIN_EVAL = f"{RESOURCE}/data/chain_sum_eval.jsonl"
 CHAIN_WARMSTART = f"{RESOURCE}/checkpoints/chain-sum-sft"
-# The architecture of the warm start (math/arith's): 0.82M parameters, byte tokenizer.
-CHAIN_MODEL = (
-    "random:qwen3?hidden_size=128&num_hidden_layers=4&num_attention_heads=4"
-    "&num_key_value_heads=2&intermediate_size=384"
-)
 # rloo also works with these rows and reward (pass the options yourself); each algorithm a
 # recipe lists costs a configuration check per recipe every time a registry is built.
 RG_ALGORITHMS = ("grpo", "gspo")
 
 # Qwen3-0.6B on one GPU, as math/gsm8k (same memory arithmetic: about 16 GiB at peak).
-_RG_DEFAULTS: dict[str, Any] = {
-    "batch_size": 16,
-    "n_samples": 8,
-    "max_running_prompts": 64,
-    "mini_bs": 4,
-    "gradient_accumulation_steps": 8,
-    "max_prompt_tokens": 1024,
-    "max_new_tokens": 1024,
-    "temperature": 1.0,
-    "disable_thinking": True,
-    "drop_rollout_state": True,
-    "lr": 1.0e-6,
-    "min_lr": 1.0e-7,
-    "lr_decay_steps": 500,
-    "epochs": 4,
-    "save_interval": 50,
+_RG_DEFAULTS = {
+    **recipe_kit.qwen3_rl_one_gpu(max_prompt_tokens=1024, epochs=4),
     "eval_dataset_path": RG_EVAL,
     "eval_interval": 50,
 }
@@ -68,11 +50,8 @@ def task_recipe(task: str) -> Recipe:
         loader=f"rg/{task}",
         reward="rg",
         defaults=_RG_DEFAULTS,
-        hardware=HardwareFloor(
-            device="cuda",
-            min_gpus=1,
-            min_gpu_memory_gb=24,
-            note="estimated as math/gsm8k (same model and batch shape); not measured per task",
+        hardware=recipe_kit.one_gpu_floor(
+            "estimated as math/gsm8k (same model and batch shape); not measured per task"
         ),
         expected_metrics={
             "rollout/reward_mean": "not measured by this pack; depends on the task's difficulty",
@@ -80,14 +59,8 @@ def task_recipe(task: str) -> Recipe:
         },
         gates=(
             Gate("metric_exists", "rollout/reward_mean", description="rewards were computed"),
-            Gate("finite", "train/loss", description="no NaN or inf in the loss"),
-            Gate(
-                "at_most",
-                "rollout/reward_errors",
-                threshold=0.0,
-                after_step=1,
-                description="the scorer never fails",
-            ),
+            recipe_kit.FINITE_LOSS,
+            recipe_kit.scorer_never_fails("the scorer never fails"),
         ),
         description=(
             f"Problems of reasoning-gym's '{task}' task with its default options: 2,000 for "
@@ -100,60 +73,33 @@ def task_recipe(task: str) -> Recipe:
     )
 
 
-_CHAIN_COMMON: dict[str, Any] = {
-    "activation_checkpointing": False,
-    "max_prompt_tokens": 80,
-    "attn_backend": "native",
-    "epochs": 100,
-    "seed": 0,
-}
+SCORER_NEVER_FAILS = recipe_kit.scorer_never_fails("reasoning-gym's scorer never fails")
 
-_CHAIN_RL: dict[str, Any] = {
-    "batch_size": 32,
-    "n_samples": 8,
-    "mini_bs": 64,
-    "gradient_accumulation_steps": 1,
-    "max_new_tokens": 6,  # at most 3 characters and a sign, then EOS
-    "temperature": 1.0,
-    "lr": 1.0e-4,
-    "min_lr": 1.0e-5,
-    "lr_decay_steps": 1000,
-    "max_steps": 300,
-    "save_interval": 100,
-    # Greedy accuracy on the 450 held-out problems (two-digit ones: the one-digit problems all
-    # occur in training) at steps 0, 50, ..., 300; about 2 s each.
-    "eval_dataset_path": CHAIN_EVAL,
-    "eval_interval": 50,
-}
+# The tiny model and schedules of math/arith, with longer prompts.
+_CHAIN_COMMON = recipe_kit.arithmetic_common(max_prompt_tokens=80)
+
+# Greedy accuracy on the 450 held-out problems (two-digit ones: the one-digit problems all
+# occur in training) at steps 0, 50, ..., 300; about 2 s each.
+_CHAIN_RL = recipe_kit.arithmetic_rl(max_steps=300, eval_dataset_path=CHAIN_EVAL, eval_interval=50)
 
 CHAIN_SUM_SFT = Recipe(
     name="rg-cpu/chain_sum-sft",
     summary="The SFT run that made rg-cpu/chain_sum's shipped warm start (CPU).",
     algorithms=("sft",),
     dataset=CHAIN_TRAIN,
-    checkpoint=CHAIN_MODEL,
+    checkpoint=recipe_kit.TINY_QWEN3,
     loader="rg_sft",
-    defaults={
-        **_CHAIN_COMMON,
-        "batch_size": 64,
-        "mini_bs": 64,
-        "max_new_tokens": 8,
-        "lr": 3.0e-3,
-        "min_lr": 3.0e-4,
-        # Stops at 400 of a 1000-step schedule, like math/arith-sft: the model then solves a
-        # minority of the held-out problems, which leaves room for RL to show.
-        "lr_decay_steps": 1000,
-        "max_steps": 400,
-        "save_interval": 200,
-    },
-    hardware=HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="measured on 2 CPU cores"),
+    # Stops at 400 of a 1000-step schedule: the model then solves a minority of the held-out
+    # problems.
+    defaults={**_CHAIN_COMMON, **recipe_kit.arithmetic_sft(max_steps=400, save_interval=200)},
+    hardware=recipe_kit.cpu_floor("measured on 2 CPU cores"),
     expected_metrics={
         "train/loss": "5.78 at step 1, 1.66 mean over the first third, 0.73 over steps 350-400",
         "time/step": "2.3 s per step on 2 CPU cores shared with other jobs (15 min in all)",
     },
     gates=(
-        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
-        Gate("falls", "train/loss", threshold=0.5, description="measured: 1.66 -> 0.79"),
+        recipe_kit.FINITE_LOSS,
+        recipe_kit.loss_falls(0.5, "1.66 -> 0.79"),
         Gate(
             "at_most",
             "train/loss",
@@ -161,7 +107,7 @@ CHAIN_SUM_SFT = Recipe(
             after_step=350,
             description="measured 0.725 over steps 350-400",
         ),
-        Gate("checkpoint_loadable", after_step=400, description="step_400 is the warm start"),
+        recipe_kit.warm_start_loads(400),
     ),
     description=(
         "`scripts/make_chain_sum_warmstart.sh` runs this recipe and exports its last step "
@@ -178,14 +124,9 @@ CHAIN_SUM = Recipe(
     loader="rg/chain_sum",
     reward="rg",
     defaults=_CHAIN_COMMON,
-    algorithm_defaults={
-        "gspo": {**_CHAIN_RL, "gspo_clip_eps": 0.05, "gspo_clip_eps_high": 0.05},
-        "grpo": {**_CHAIN_RL, "grpo_clip_eps": 0.2},
-    },
-    hardware=HardwareFloor(
-        device="cpu",
-        min_cpu_memory_gb=2,
-        note="measured on 2 CPU cores; peak RSS of a run is about 0.65 GiB; no GPU needed",
+    algorithm_defaults=recipe_kit.arithmetic_rl_by_algorithm(_CHAIN_RL),
+    hardware=recipe_kit.cpu_floor(
+        "measured on 2 CPU cores; peak RSS of a run is about 0.65 GiB; no GPU needed"
     ),
     expected_metrics={
         "rollout/reward_mean": (
@@ -200,20 +141,9 @@ CHAIN_SUM = Recipe(
         "time/step": "about 6 s per step on 2 CPU cores shared with two other jobs",
     },
     gates=(
-        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
-        Gate(
-            "at_most",
-            "rollout/reward_errors",
-            threshold=0.0,
-            after_step=1,
-            description="reasoning-gym's scorer never fails",
-        ),
-        Gate(
-            "rises",
-            "rollout/reward_mean",
-            threshold=0.03,
-            description="last third of the run beats the first third (measured: +0.063)",
-        ),
+        recipe_kit.FINITE_LOSS,
+        SCORER_NEVER_FAILS,
+        recipe_kit.reward_rises("+0.063"),
         Gate(
             "at_least",
             "rollout/reward_mean",
@@ -253,8 +183,7 @@ CHAIN_SUM_SMOKE = Recipe(
     defaults={
         **_CHAIN_COMMON,
         **_CHAIN_RL,
-        "gspo_clip_eps": 0.05,
-        "gspo_clip_eps_high": 0.05,
+        **recipe_kit.ARITHMETIC_GSPO_CLIP,
         "batch_size": 16,
         "mini_bs": 32,
         "max_steps": 8,
@@ -262,7 +191,7 @@ CHAIN_SUM_SMOKE = Recipe(
         "eval_interval": 8,
         "eval_limit": 100,
     },
-    hardware=HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="measured on 2 CPU cores"),
+    hardware=recipe_kit.cpu_floor("measured on 2 CPU cores"),
     visibility="internal",
     expected_metrics={
         "rollout/reward_mean": "0.30 mean over the 8 steps (measured; the warm start's level)",
@@ -270,14 +199,8 @@ CHAIN_SUM_SMOKE = Recipe(
         "time/step": "4.3 s per step on 2 CPU cores shared with another run; 48 s in all",
     },
     gates=(
-        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
-        Gate(
-            "at_most",
-            "rollout/reward_errors",
-            threshold=0.0,
-            after_step=1,
-            description="reasoning-gym's scorer never fails",
-        ),
+        recipe_kit.FINITE_LOSS,
+        SCORER_NEVER_FAILS,
         Gate(
             "at_least",
             "rollout/reward_mean",

@@ -31,6 +31,7 @@ import attrs
 
 from areno_core.errors import ConfigError, did_you_mean
 from areno_envs.rg.tasks import check_task, config_fields
+from areno_envs.spec_rows import check_row_keys
 
 FORMATS: tuple[str, ...] = ("chat", "text")
 DEFAULT_SYSTEM_PROMPT = "default"
@@ -147,14 +148,7 @@ def with_env_args(row: Any, env_args: Mapping[str, Any] | None) -> Any:
 
 def parse_spec(row: Mapping[str, Any], *, task: str | None = None) -> RgSpec:
     """Check one spec row (``task`` fixed by a per-task loader) and return it."""
-    if not isinstance(row, Mapping):
-        raise ConfigError(f"a reasoning-gym spec row must be an object, got {row!r:.80}")
-    unknown = [k for k in row if k not in KEYS]
-    if unknown:
-        raise ConfigError(
-            f"reasoning-gym spec row: unknown key {unknown[0]!r}."
-            f"{did_you_mean(str(unknown[0]), KEYS)} Keys: {', '.join(KEYS)}"
-        )
+    check_row_keys(row, KEYS, "reasoning-gym")
     named = row.get("task")
     if task is not None and named is not None and named != task:
         raise ConfigError(

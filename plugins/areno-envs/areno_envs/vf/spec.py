@@ -24,7 +24,8 @@ from typing import Any
 
 import attrs
 
-from areno_core.errors import ConfigError, did_you_mean
+from areno_core.errors import ConfigError
+from areno_envs.spec_rows import check_row_keys
 
 KEYS: tuple[str, ...] = ("taskset", "config", "range", "max_turns", "tool_choice")
 DEFAULT_MAX_TURNS = 8
@@ -44,14 +45,7 @@ class VfSpec:
 
 def parse_spec(row: Mapping[str, Any]) -> VfSpec:
     """Check one spec row's shape (the taskset's options are checked when it loads)."""
-    if not isinstance(row, Mapping):
-        raise ConfigError(f"a verifiers spec row must be an object, got {row!r:.80}")
-    unknown = [k for k in row if k not in KEYS]
-    if unknown:
-        raise ConfigError(
-            f"verifiers spec row: unknown key {unknown[0]!r}."
-            f"{did_you_mean(str(unknown[0]), KEYS)} Keys: {', '.join(KEYS)}"
-        )
+    check_row_keys(row, KEYS, "verifiers")
     taskset = row.get("taskset")
     if not isinstance(taskset, str) or not taskset:
         raise ConfigError(f"verifiers spec row: 'taskset' must name a taskset, got {taskset!r}")

@@ -83,8 +83,20 @@ class Rules:
     max_turns: int = 60
 
 
+class _OnTile:
+    """A thing standing on the tile (``row``, ``col``); ``pos`` is that tile."""
+
+    __slots__ = ()
+    row: int
+    col: int
+
+    @property
+    def pos(self) -> Pos:
+        return (self.row, self.col)
+
+
 @attrs.frozen
-class Unit:
+class Unit(_OnTile):
     """One unit: where it stands, its hit points and energy, and whether its shield is up."""
 
     name: str
@@ -94,22 +106,14 @@ class Unit:
     energy: int
     shielded: bool = False
 
-    @property
-    def pos(self) -> Pos:
-        return (self.row, self.col)
-
 
 @attrs.frozen
-class Item:
+class Item(_OnTile):
     """A pickup lying on a tile."""
 
     row: int
     col: int
     kind: str
-
-    @property
-    def pos(self) -> Pos:
-        return (self.row, self.col)
 
 
 @attrs.frozen
@@ -323,10 +327,7 @@ def _apply_one(
     if action.type == "ATTACK":
         if _manhattan(me.pos, foe.pos) != 1:
             raise ActionRejected(f"ATTACK needs {foe.name} on an adjacent tile")
-        state = state.with_unit(paid)
-        events = [Event("attack", name, index, f"{name} attacks {foe.name}", 0, cost)]
-        state, hurt = _damage(state, foe.name, rules.attack_damage, index, "attack")
-        return state, _credit(events, hurt)
+        return _strike(state, paid, foe.name, "attack", rules.attack_damage, index, cost)
 
     if action.type == "RANGED_ATTACK":
         if me.row != foe.row and me.col != foe.col:
@@ -339,10 +340,7 @@ def _apply_one(
         blocker = line_of_sight_blocker(state, me.pos, foe.pos)
         if blocker is not None:
             raise ActionRejected(f"RANGED_ATTACK has no line of sight: wall at {blocker}")
-        state = state.with_unit(paid)
-        events = [Event("ranged_attack", name, index, f"{name} shoots {foe.name}", 0, cost)]
-        state, hurt = _damage(state, foe.name, rules.ranged_damage, index, "ranged_attack")
-        return state, _credit(events, hurt)
+        return _strike(state, paid, foe.name, "ranged_attack", rules.ranged_damage, index, cost)
 
     if action.type == "PICKUP":
         item = state.item_at(me.pos)
@@ -391,10 +389,18 @@ def _damage(
     return state, events
 
 
-def _credit(events: list[Event], hurt: list[Event]) -> list[Event]:
-    """Put the damage actually dealt on the attack event."""
+_STRIKE_VERBS = {"attack": "attacks", "ranged_attack": "shoots"}
+
+
+def _strike(
+    state: GameState, paid: Unit, foe: str, kind: str, amount: int, index: int, cost: int
+) -> tuple[GameState, list[Event]]:
+    """``paid`` (the attacker, its energy spent) hits ``foe`` for ``amount``: the attack's
+    event, carrying the damage actually dealt, then the damage's events."""
+    state, hurt = _damage(state.with_unit(paid), foe, amount, index, kind)
     dealt = sum(e.amount for e in hurt if e.kind == "damage")
-    return [attrs.evolve(events[0], amount=dealt), *hurt]
+    text = f"{paid.name} {_STRIKE_VERBS[kind]} {foe}"
+    return state, [Event(kind, paid.name, index, text, dealt, cost), *hurt]
 
 
 def line_of_sight_blocker(state: GameState, start: Pos, end: Pos) -> Pos | None:
