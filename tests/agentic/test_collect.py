@@ -205,16 +205,6 @@ def test_collect_agent_that_raises_fails_the_step(byte_tokenizer: Any, scripted)
     assert engine.calls == []
 
 
-def test_collect_agent_returning_nothing_fails_the_step(byte_tokenizer: Any, scripted) -> None:
-    engine = scripted(byte_tokenizer, "fine")
-
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> None:
-        return None
-
-    with pytest.raises(AgentError, match="returned no turns for sample .* made no request"):
-        _collect(engine, byte_tokenizer, agent)
-
-
 def test_collect_async_generator_agent_reward_skips_reward_fn(
     byte_tokenizer: Any, scripted
 ) -> None:
@@ -251,29 +241,56 @@ def test_collect_drops_rows_over_max_context_len(byte_tokenizer: Any, scripted) 
     assert metrics["rollout/samples"] == 0.0
 
 
-def test_collect_result_for_foreign_item_raises_user_code_error(
-    byte_tokenizer: Any, scripted
+async def _returns_nothing(ctx: AgentContext, batch: AgentBatch) -> None:
+    return None
+
+
+async def _returns_a_foreign_item(ctx: AgentContext, batch: AgentBatch) -> Any:
+    stranger = AgentItem(row={}, messages=(), prompt_index=99, sample_index=0)
+    return AgentTrajectory(item=stranger, turns=[])
+
+
+async def _returns_a_dict(ctx: AgentContext, batch: AgentBatch) -> Any:
+    return {"not": "a trajectory"}
+
+
+async def _reuses_one_response(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+    """Asks once, then hands that one response to every sample."""
+    client = _client(ctx)
+    try:
+        items = list(batch.iter_samples())
+        reply = await _ask(client, ctx, items[0].messages)
+        return [AgentTrajectoryTurn(item, item.messages, reply) for item in items]
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    ("agent", "error", "match"),
+    [
+        pytest.param(
+            _returns_nothing,
+            AgentError,
+            "returned no turns for sample .* made no request",
+            id="nothing",
+        ),
+        pytest.param(
+            _returns_a_foreign_item,
+            UserCodeError,
+            r"\(99, 0\), which is not in this step's batch",
+            id="foreign-item",
+        ),
+        pytest.param(_returns_a_dict, UserCodeError, "returned a dict", id="wrong-type"),
+        pytest.param(
+            _reuses_one_response, AgentError, "is used by 4 turns", id="one-response-reused"
+        ),
+    ],
+)
+def test_collect_agent_result_it_cannot_train_on_fails_the_step(
+    byte_tokenizer: Any, scripted, agent: Any, error: type[Exception], match: str
 ) -> None:
-    engine = scripted(byte_tokenizer, "fine")
-
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> Any:
-        stranger = AgentItem(row={}, messages=(), prompt_index=99, sample_index=0)
-        return AgentTrajectory(item=stranger, turns=[])
-
-    with pytest.raises(UserCodeError, match=r"\(99, 0\), which is not in this step's batch"):
-        _collect(engine, byte_tokenizer, agent)
-
-
-def test_collect_agent_returning_wrong_type_raises_user_code_error(
-    byte_tokenizer: Any, scripted
-) -> None:
-    engine = scripted(byte_tokenizer, "fine")
-
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> Any:
-        return {"not": "a trajectory"}
-
-    with pytest.raises(UserCodeError, match="returned a dict"):
-        _collect(engine, byte_tokenizer, agent)
+    with pytest.raises(error, match=match):
+        _collect(scripted(byte_tokenizer, "fine"), byte_tokenizer, agent)
 
 
 class _Registry:
@@ -330,24 +347,6 @@ def test_collect_forged_token_ids_drop_the_sample_and_count_it(
     assert metrics["rollout/agent_errors"] == 0.0
     fine = [*byte_tokenizer.encode("fine"), byte_tokenizer.eos_token_id]
     assert all(t.input_ids[t.prompt_len :] == fine for g in groups for t in g.trajectories)
-
-
-def test_collect_one_response_reused_for_every_sample_fails_the_step(
-    byte_tokenizer: Any, scripted
-) -> None:
-    engine = scripted(byte_tokenizer, "fine")
-
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
-            items = list(batch.iter_samples())
-            reply = await _ask(client, ctx, items[0].messages)
-            return [AgentTrajectoryTurn(item, item.messages, reply) for item in items]
-        finally:
-            await client.close()
-
-    with pytest.raises(AgentError, match="is used by 4 turns"):
-        _collect(engine, byte_tokenizer, agent)
 
 
 def test_collect_response_to_another_prompt_or_unknown_id_is_dropped(
