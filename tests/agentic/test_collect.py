@@ -42,11 +42,8 @@ def _each_sample(play: Play, **run_each: Any) -> Callable[[AgentContext, AgentBa
     ``ctx.run_each`` with ``run_each``'s options), all on one client that it closes after."""
 
     async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
+        async with _client(ctx) as client:
             return await ctx.run_each(batch, lambda item: play(client, ctx, item), **run_each)
-        finally:
-            await client.close()
 
     return agent
 
@@ -212,16 +209,13 @@ def test_collect_async_generator_agent_reward_skips_reward_fn(
     calls: list[Any] = []
 
     async def agent(ctx: AgentContext, batch: AgentBatch) -> Any:
-        client = _client(ctx)
-        try:
+        async with _client(ctx) as client:
             for item in batch.iter_samples():
                 reply = await client.chat.completions.create(
                     model=ctx.model, messages=item.messages
                 )
                 reward = 0.5 if item.sample_index == 0 else None
                 yield AgentTrajectoryTurn(item, item.messages, reply, reward=reward)
-        finally:
-            await client.close()
 
     scorer = RewardScorer(lambda record: calls.append(record) or 0.25)
     groups, metrics = _collect(engine, byte_tokenizer, agent, scorer=scorer)
@@ -256,13 +250,10 @@ async def _returns_a_dict(ctx: AgentContext, batch: AgentBatch) -> Any:
 
 async def _reuses_one_response(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
     """Asks once, then hands that one response to every sample."""
-    client = _client(ctx)
-    try:
+    async with _client(ctx) as client:
         items = list(batch.iter_samples())
         reply = await _ask(client, ctx, items[0].messages)
         return [AgentTrajectoryTurn(item, item.messages, reply) for item in items]
-    finally:
-        await client.close()
 
 
 @pytest.mark.parametrize(
@@ -325,6 +316,12 @@ async def _ask(client: openai.AsyncOpenAI, ctx: AgentContext, messages: Any) -> 
     return await client.chat.completions.create(model=ctx.model, messages=messages)
 
 
+def _assert_every_row_completes_with(groups: list[Any], tokenizer: Any, reply: str) -> None:
+    """Every trained row's tokens after its prompt are ``reply`` then EOS."""
+    expected = [*tokenizer.encode(reply), tokenizer.eos_token_id]
+    assert all(t.input_ids[t.prompt_len :] == expected for g in groups for t in g.trajectories)
+
+
 def test_collect_forged_token_ids_drop_the_sample_and_count_it(
     byte_tokenizer: Any, scripted
 ) -> None:
@@ -345,8 +342,7 @@ def test_collect_forged_token_ids_drop_the_sample_and_count_it(
     assert kept == [(10, 1), (11, 0), (11, 1)]
     assert metrics["rollout/agent_mismatches"] == 1.0
     assert metrics["rollout/agent_errors"] == 0.0
-    fine = [*byte_tokenizer.encode("fine"), byte_tokenizer.eos_token_id]
-    assert all(t.input_ids[t.prompt_len :] == fine for g in groups for t in g.trajectories)
+    _assert_every_row_completes_with(groups, byte_tokenizer, "fine")
 
 
 def test_collect_response_to_another_prompt_or_unknown_id_is_dropped(
@@ -355,8 +351,7 @@ def test_collect_response_to_another_prompt_or_unknown_id_is_dropped(
     engine = scripted(byte_tokenizer, "fine")
 
     async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
+        async with _client(ctx) as client:
             items = {item.key: item for item in batch.iter_samples()}
             out = []
             for key, item in items.items():
@@ -367,8 +362,6 @@ def test_collect_response_to_another_prompt_or_unknown_id_is_dropped(
                     response = {**reply.model_dump(), "id": "chatcmpl-made-up"}
                 out.append(AgentTrajectoryTurn(item, item.messages, response))
             return out
-        finally:
-            await client.close()
 
     groups, metrics = _collect(engine, byte_tokenizer, agent)
     assert [(g.item.index, [t.sample_index for t in g.trajectories]) for g in groups] == [
@@ -394,8 +387,7 @@ def test_collect_turn_given_as_response_id_of_a_stream_trains(
 
     groups, metrics = _collect(engine, byte_tokenizer, agent)
     assert metrics["rollout/samples"] == 4.0 and metrics["rollout/agent_mismatches"] == 0.0
-    expected = [*byte_tokenizer.encode("streamed"), byte_tokenizer.eos_token_id]
-    assert all(t.input_ids[t.prompt_len :] == expected for g in groups for t in g.trajectories)
+    _assert_every_row_completes_with(groups, byte_tokenizer, "streamed")
 
 
 # -- faults: one bad sample, blocking code ----------------------------------------------------
@@ -415,15 +407,12 @@ def test_collect_one_sample_of_wrong_type_does_not_abort_the_step(
     each = _each_sample(play)
 
     async def loose(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
+        async with _client(ctx) as client:
             out: list[Any] = ["a stray string"]
             for item in list(batch.iter_samples())[1:]:
                 reply = await _ask(client, ctx, item.messages)
                 out.append(AgentTrajectoryTurn(item, item.messages, reply))
             return out
-        finally:
-            await client.close()
 
     for agent, bad in ((each, 0.0), (loose, 1.0)):
         _groups, metrics = _collect(engine, byte_tokenizer, agent)
