@@ -238,11 +238,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="timed trainer steps per run")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per run")
     parser.add_argument("--max-tokens", type=int, default=96, help="prompt / response cap")
-    args = parser.parse_args()
-    if args.child:
-        common.emit(run_rank(args))
-        return
-    common.write_json(args.json, drive(args))
+    common.run_role(parser, child=run_rank, drive=drive)
 
 
 if __name__ == "__main__":

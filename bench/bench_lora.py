@@ -235,11 +235,7 @@ def main() -> None:
         help="keep every layer's activations (areno's default recomputes them in backward)",
     )
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    if args.child:
-        common.emit(run_side(args))
-        return
-    common.write_json(args.json, drive(args))
+    common.run_role(parser, child=run_side, drive=drive)
 
 
 if __name__ == "__main__":

@@ -351,6 +351,21 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def run_role(
+    parser: argparse.ArgumentParser,
+    child: Callable[[argparse.Namespace], Mapping[str, Any]],
+    drive: Callable[[argparse.Namespace], Mapping[str, Any]],
+) -> None:
+    """Parse the command line and play this process's role: as a child (``--child SIDE``),
+    print the result line of ``child(args)``; as the driver, run ``drive(args)`` and write its
+    results to ``--json`` when given."""
+    args = parser.parse_args()
+    if args.child:
+        emit(child(args))
+        return
+    write_json(args.json, drive(args))
+
+
 def write_json(path: Path | None, payload: Mapping[str, Any]) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
