@@ -51,7 +51,6 @@ from areno_core.train.checkpoint import (
     find_latest_checkpoint,
 )
 from areno_core.train.optim import check_adam_8bit_available
-from areno_core.types import SamplingParams
 
 
 @attrs.define
@@ -264,17 +263,6 @@ def engine_options(plan: RunPlan, model: TrainableModel) -> EngineOptions:
     )
 
 
-def sampling_params(cfg: RunConfig) -> SamplingParams:
-    """How training rollouts sample (the seed is drawn per step)."""
-    return SamplingParams(
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_k=cfg.top_k,
-        top_p=cfg.top_p,
-        greedy=cfg.greedy,
-    )
-
-
 def agent_options(cfg: RunConfig) -> dict[str, Any]:
     """The options of agentic rollouts besides the agent function (``AgentSettings``)."""
     return {
@@ -303,7 +291,7 @@ def build_rollout(
     return RolloutRunner(
         model,
         engine,
-        sampling=sampling_params(cfg),
+        sampling=cfg.rollout.sampling(),
         n_samples=cfg.n_samples,
         reward_fn=reward_fn,
         batch_size=cfg.batch_size,
@@ -337,7 +325,7 @@ def build_async_rollout(
         engine=resolved.engine.name,
         engine_options=engine_options(plan, model),
         engine_config=attrs.asdict(resolved.engine_config),
-        sampling=sampling_params(cfg),
+        sampling=cfg.rollout.sampling(),
         n_samples=cfg.n_samples,
         batch_size=cfg.batch_size,
         reward_fn=cfg.reward_fn_path,
