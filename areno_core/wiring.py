@@ -273,6 +273,19 @@ def agent_options(cfg: RunConfig) -> dict[str, Any]:
     }
 
 
+def rollout_settings(cfg: RunConfig) -> dict[str, Any]:
+    """How rollouts sample, score and group, the same for the runner in this process and the
+    asynchronous worker's (keywords of ``RolloutRunner`` and ``WorkerSpec``)."""
+    return {
+        "sampling": cfg.rollout.sampling(),
+        "n_samples": cfg.n_samples,
+        "batch_size": cfg.batch_size,
+        "disable_thinking": cfg.disable_thinking,
+        "drop_state": cfg.drop_rollout_state,
+        "drop_uniform_groups": cfg.drop_uniform_groups,
+    }
+
+
 def build_rollout(
     plan: RunPlan, model: TrainableModel, reward_fn: Any, backend: TrainingBackend
 ) -> RolloutRunner:
@@ -291,13 +304,8 @@ def build_rollout(
     return RolloutRunner(
         model,
         engine,
-        sampling=cfg.rollout.sampling(),
-        n_samples=cfg.n_samples,
+        **rollout_settings(cfg),
         reward_fn=reward_fn,
-        batch_size=cfg.batch_size,
-        disable_thinking=cfg.disable_thinking,
-        drop_state=cfg.drop_rollout_state,
-        drop_uniform_groups=cfg.drop_uniform_groups,
         agent=agent,
         placement=placement,
         offload_optimizer=cfg.offload_optimizer,
@@ -325,16 +333,11 @@ def build_async_rollout(
         engine=resolved.engine.name,
         engine_options=engine_options(plan, model),
         engine_config=attrs.asdict(resolved.engine_config),
-        sampling=cfg.rollout.sampling(),
-        n_samples=cfg.n_samples,
-        batch_size=cfg.batch_size,
+        **rollout_settings(cfg),
         reward_fn=cfg.reward_fn_path,
         reward_ckpt=cfg.reward_ckpt,
         agent_fn=cfg.agent_fn,
         agent_options=agent_options(cfg) if cfg.agent_fn else {},
-        disable_thinking=cfg.disable_thinking,
-        drop_state=cfg.drop_rollout_state,
-        drop_uniform_groups=cfg.drop_uniform_groups,
         threads=worker_threads if on_cpu else None,
         log_level=logging.getLogger("areno").getEffectiveLevel(),
         dtype=str(model.dtype).removeprefix("torch."),
