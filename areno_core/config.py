@@ -22,6 +22,7 @@ import yaml
 
 from areno_core.errors import ConfigError
 from areno_core.options import OptionTable, Section, coerce_value, normalize_key, option
+from areno_core.types import SamplingParams
 from areno_core.validators import (
     flag,
     fraction,
@@ -225,6 +226,17 @@ class RolloutConfig:
         "--n-samples.",
         validator=positive,
     )
+
+    def sampling(self, max_new_tokens: int | None = None) -> SamplingParams:
+        """How this run's rollouts sample (the seed is drawn per step), up to
+        ``max_new_tokens`` new tokens (default: ``--max-new-tokens``)."""
+        return SamplingParams(
+            max_new_tokens=self.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            greedy=self.greedy,
+        )
 
 
 @attrs.define(kw_only=True)

@@ -78,6 +78,15 @@ STAT_KEYS = tuple(k for k in GENERATION_STAT_KEYS if k != "tokens_per_s")
 """The statistics every engine keeps (:mod:`areno_core.rollout.kit`)."""
 """Counters every engine keeps in ``stats``."""
 
+TINY_SIZES: dict[str, int] = {
+    "vocab_size": VOCAB,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+}
+"""The sizes of :func:`conformance_model`, for tests that build other families alike."""
+
 EngineFactory = Callable[[torch.nn.Module, list[int], EngineOptions], RolloutEngine]
 
 
@@ -87,11 +96,7 @@ def conformance_model(seed: int = 0) -> torch.nn.Module:
 
     torch.manual_seed(seed)
     config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
+        **TINY_SIZES,
         num_key_value_heads=2,
         head_dim=16,
         max_position_embeddings=512,
@@ -382,6 +387,7 @@ __all__ = [
     "EOS",
     "PROMPT_LENGTHS",
     "STAT_KEYS",
+    "TINY_SIZES",
     "VOCAB",
     "EngineConformance",
     "conformance_model",

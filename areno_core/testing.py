@@ -12,6 +12,10 @@ Fixtures:
 ``installed_plugins_only``
     Unsets ``ARENO_PLUGINS`` and resets the process-wide registry before and after the test,
     so it sees exactly the installed plugins (use it with ``pytest.mark.usefixtures``).
+``agentic_steps``
+    A list that gets ``(server, groups)`` for every agentic rollout step the test's run takes:
+    the :class:`~areno_core.agentic.server.AgentServer` that served the step (its ``records``
+    hold what it served) and the trajectory groups collected from it.
 ``one_torch_thread``
     Torch on one thread for a module's tests (tiny models run far faster on one thread than
     with OpenMP threads spin-waiting for each other on a shared CPU); the thread count comes
@@ -40,6 +44,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,6 +107,30 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def agentic_steps(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, list[Any]]]:
+    import areno_core.agentic.collect as collect_module  # heavy (torch): only agentic e2e tests
+    import areno_core.runner.rollout as rollout_module  # heavy (torch): only agentic e2e tests
+
+    steps: list[tuple[Any, list[Any]]] = []
+    servers: list[Any] = []
+    real_server, real_collect = collect_module.AgentServer, collect_module.collect_agentic_groups
+
+    class Server(real_server):  # type: ignore[misc, valid-type]
+        def start(self) -> Any:
+            servers.append(self)
+            return super().start()
+
+    def collect(*args: Any, **kwargs: Any) -> Any:
+        groups, metrics = real_collect(*args, **kwargs)
+        steps.append((servers[-1], groups))
+        return groups, metrics
+
+    monkeypatch.setattr(collect_module, "AgentServer", Server)
+    monkeypatch.setattr(rollout_module, "collect_agentic_groups", collect)  # where the run calls it
+    return steps
 
 
 @pytest.fixture

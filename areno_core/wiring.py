@@ -51,7 +51,6 @@ from areno_core.train.checkpoint import (
     find_latest_checkpoint,
 )
 from areno_core.train.optim import check_adam_8bit_available
-from areno_core.types import SamplingParams
 
 
 @attrs.define
@@ -264,17 +263,6 @@ def engine_options(plan: RunPlan, model: TrainableModel) -> EngineOptions:
     )
 
 
-def sampling_params(cfg: RunConfig) -> SamplingParams:
-    """How training rollouts sample (the seed is drawn per step)."""
-    return SamplingParams(
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_k=cfg.top_k,
-        top_p=cfg.top_p,
-        greedy=cfg.greedy,
-    )
-
-
 def agent_options(cfg: RunConfig) -> dict[str, Any]:
     """The options of agentic rollouts besides the agent function (``AgentSettings``)."""
     return {
@@ -282,6 +270,19 @@ def agent_options(cfg: RunConfig) -> dict[str, Any]:
         "max_context_len": cfg.max_context_len,
         "timeout_s": cfg.agent_timeout_s,
         "max_concurrency": cfg.max_running_prompts,
+    }
+
+
+def rollout_settings(cfg: RunConfig) -> dict[str, Any]:
+    """How rollouts sample, score and group, the same for the runner in this process and the
+    asynchronous worker's (keywords of ``RolloutRunner`` and ``WorkerSpec``)."""
+    return {
+        "sampling": cfg.rollout.sampling(),
+        "n_samples": cfg.n_samples,
+        "batch_size": cfg.batch_size,
+        "disable_thinking": cfg.disable_thinking,
+        "drop_state": cfg.drop_rollout_state,
+        "drop_uniform_groups": cfg.drop_uniform_groups,
     }
 
 
@@ -303,13 +304,8 @@ def build_rollout(
     return RolloutRunner(
         model,
         engine,
-        sampling=sampling_params(cfg),
-        n_samples=cfg.n_samples,
+        **rollout_settings(cfg),
         reward_fn=reward_fn,
-        batch_size=cfg.batch_size,
-        disable_thinking=cfg.disable_thinking,
-        drop_state=cfg.drop_rollout_state,
-        drop_uniform_groups=cfg.drop_uniform_groups,
         agent=agent,
         placement=placement,
         offload_optimizer=cfg.offload_optimizer,
@@ -337,16 +333,11 @@ def build_async_rollout(
         engine=resolved.engine.name,
         engine_options=engine_options(plan, model),
         engine_config=attrs.asdict(resolved.engine_config),
-        sampling=sampling_params(cfg),
-        n_samples=cfg.n_samples,
-        batch_size=cfg.batch_size,
+        **rollout_settings(cfg),
         reward_fn=cfg.reward_fn_path,
         reward_ckpt=cfg.reward_ckpt,
         agent_fn=cfg.agent_fn,
         agent_options=agent_options(cfg) if cfg.agent_fn else {},
-        disable_thinking=cfg.disable_thinking,
-        drop_state=cfg.drop_rollout_state,
-        drop_uniform_groups=cfg.drop_uniform_groups,
         threads=worker_threads if on_cpu else None,
         log_level=logging.getLogger("areno").getEffectiveLevel(),
         dtype=str(model.dtype).removeprefix("torch."),

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -39,20 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
 SIDES = ("world1", "world2")
-# About 50M parameters: 8 decoder layers of width 768 (12 heads of 64, 4 key/value heads, MLP
-# 2048) on the 272-token byte vocabulary.
-MODEL = (
-    "random:qwen3?hidden_size=768&num_hidden_layers=8&num_attention_heads=12"
-    "&num_key_value_heads=4&head_dim=64&intermediate_size=2048"
-)
+# About 50M parameters: 8 decoder layers of width 768 on the 272-token byte vocabulary.
+MODEL = common.wide_qwen3(layers=8)
 
 
-def rss_mib(field: str) -> float:
-    text = Path("/proc/self/status").read_text()
-    return int(re.search(rf"{field}:\s+(\d+)", text).group(1)) / 1024.0
-
-
-def reset_peak_rss() -> float:
+def release_and_reset_peak_rss() -> float:
     """Give freed heap memory back to the system, then restart the peak-RSS count from the
     current RSS (returned, MiB): what the process holds between steps."""
     import contextlib
@@ -62,8 +52,8 @@ def reset_peak_rss() -> float:
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):  # glibc keeps freed blocks otherwise
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM (Linux >= 4.0)
-    return rss_mib("VmRSS")
+    common.reset_peak_rss()
+    return common.status_mib("VmRSS")
 
 
 def local_bytes(tensors: Any) -> int:
@@ -107,7 +97,7 @@ def run_rank(args: Any) -> dict[str, Any]:
     held = 0.0
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
-            held = reset_peak_rss()
+            held = release_and_reset_peak_rss()
         batch = rows[step * args.batch : (step + 1) * args.batch]
         ctx.barrier()
         t0, c0 = time.perf_counter(), time.process_time()
@@ -129,7 +119,7 @@ def run_rank(args: Any) -> dict[str, Any]:
         "param_mib": local_bytes(params) / 2**20,
         "optimizer_mib": local_bytes(moments) / 2**20,
         "held_rss_mib": held,
-        "peak_step_rss_mib": rss_mib("VmHWM"),
+        "peak_step_rss_mib": common.status_mib("VmHWM"),
         "losses": losses,
         "parameters": sum(p.numel() for p in params),
     }
@@ -248,11 +238,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="timed trainer steps per run")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per run")
     parser.add_argument("--max-tokens", type=int, default=96, help="prompt / response cap")
-    args = parser.parse_args()
-    if args.child:
-        common.emit(run_rank(args))
-        return
-    common.write_json(args.json, drive(args))
+    common.run_role(parser, child=run_rank, drive=drive)
 
 
 if __name__ == "__main__":

@@ -308,11 +308,11 @@ def resolve_shape(name: str, args: Any) -> dict[str, Any]:
     return shape
 
 
-def child_main(args: Any) -> None:
+def child_result(args: Any) -> dict[str, Any]:
     shape = resolve_shape(args.shape, args)
     rows = workload_rows(args.shape, shape)
     runner = run_areno if args.child == "areno" else run_trl
-    common.emit(runner(args, shape, rows))
+    return runner(args, shape, rows)
 
 
 def workload_rows(name: str, shape: dict[str, Any]) -> list[dict[str, str]]:
@@ -432,11 +432,7 @@ def main() -> None:
         help="areno: its default (auto, which decides off for these shapes) or a fixed setting",
     )
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        child_main(args)
-        return
-    common.write_json(args.json, drive(args))
+    common.run_role(parser, child=child_result, drive=drive)
 
 
 if __name__ == "__main__":

@@ -37,23 +37,7 @@ import common
 SIDES = ("full", "lora")
 # ~75M parameters in float32 (~290 MiB of weights), so weights and optimizer state dominate
 # the process's memory rather than Python and the libraries.
-DEFAULT_MODEL = (
-    "random:qwen3?hidden_size=768&num_hidden_layers=12&num_attention_heads=12"
-    "&num_key_value_heads=4&head_dim=64&intermediate_size=2048"
-)
-
-
-def _status_mib(field: str) -> float:
-    """A ``kB`` field of /proc/self/status (VmRSS: now, VmHWM: peak), in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024.0
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def reset_peak_rss() -> None:
-    """Restart the kernel's peak-RSS mark (VmHWM) from the current RSS (Linux >= 4.0)."""
-    Path("/proc/self/clear_refs").write_text("5")
+DEFAULT_MODEL = common.wide_qwen3(layers=12)
 
 
 def dpo_rows(count: int, chars: int) -> list[dict[str, Any]]:
@@ -117,8 +101,8 @@ def run_side(args: Any) -> dict[str, Any]:
             model.tokenizer, args.batch, args.samples, args.length, args.chars, args.seed
         )
     gc.collect()
-    loaded = _status_mib("VmRSS")
-    reset_peak_rss()  # from here on the peak is the training's (loading can peak higher)
+    loaded = common.status_mib("VmRSS")
+    common.reset_peak_rss()  # from here on the peak is the training's (loading can peak higher)
     options = {
         "algorithm": args.algo,
         "learning_rate": 1e-5,
@@ -138,7 +122,7 @@ def run_side(args: Any) -> dict[str, Any]:
             walls.append(time.perf_counter() - wall)
             cpus.append(time.process_time() - cpu)
     trainable = sum(p.numel() for p in model.policy.parameters() if p.requires_grad)
-    peak = _status_mib("VmHWM")
+    peak = common.status_mib("VmHWM")
     return {
         "rss_loaded_mib": loaded,
         "train_peak_mib": peak,
@@ -251,11 +235,7 @@ def main() -> None:
         help="keep every layer's activations (areno's default recomputes them in backward)",
     )
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    if args.child:
-        common.emit(run_side(args))
-        return
-    common.write_json(args.json, drive(args))
+    common.run_role(parser, child=run_side, drive=drive)
 
 
 if __name__ == "__main__":

@@ -258,6 +258,12 @@ def run_scenario(args: Any, scenario: str, model_dir: Path) -> dict[str, Any]:
     return out
 
 
+def child_result(args: Any) -> dict[str, Any]:
+    args.batch = args.batch[0]  # the driver gives each child one batch size
+    runner = run_areno if args.child.startswith("areno") else run_hf
+    return runner(args)
+
+
 def main() -> None:
     parser = common.base_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="random:qwen3-small", help="random: model to build")
@@ -269,13 +275,7 @@ def main() -> None:
     parser.add_argument(
         "--sides", nargs="+", choices=SIDES, default=["areno", "hf"], help="what to compare"
     )
-    args = parser.parse_args()
-    if args.child:
-        args.batch = args.batch[0]
-        runner = run_areno if args.child.startswith("areno") else run_hf
-        common.emit(runner(args))
-        return
-    common.write_json(args.json, drive(args))
+    common.run_role(parser, child=child_result, drive=drive)
 
 
 if __name__ == "__main__":

@@ -226,6 +226,12 @@ def drive(args: Any) -> dict[str, Any]:
     return report
 
 
+def child_result(args: Any) -> dict[str, Any]:
+    rows = sft_rows(args.batch * (args.warmup + args.steps))
+    runner = run_areno if args.child.startswith("areno") else run_trl
+    return runner(args, rows)
+
+
 def main() -> None:
     parser = common.base_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="random:qwen3-small", help="random: model to build")
@@ -243,13 +249,7 @@ def main() -> None:
     parser.add_argument(
         "--sides", nargs="+", choices=SIDES, default=list(SIDES), help="what to compare"
     )
-    args = parser.parse_args()
-    if args.child:
-        rows = sft_rows(args.batch * (args.warmup + args.steps))
-        runner = run_areno if args.child.startswith("areno") else run_trl
-        common.emit(runner(args, rows))
-        return
-    common.write_json(args.json, drive(args))
+    common.run_role(parser, child=child_result, drive=drive)
 
 
 if __name__ == "__main__":

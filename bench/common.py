@@ -47,6 +47,19 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def status_mib(field: str) -> float:
+    """A ``kB`` field of /proc/self/status (VmRSS: now, VmHWM: peak), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024.0
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak_rss() -> None:
+    """Restart the kernel's peak-RSS mark (VmHWM) from the current RSS (Linux >= 4.0)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
 def set_threads(threads: int) -> None:
     """Give torch the same intra-op thread count on both sides."""
     import torch
@@ -268,6 +281,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def wide_qwen3(layers: int) -> str:
+    """The ``random:`` reference of a Qwen3 of width 768 (12 heads of 64, 4 key/value heads,
+    MLP 2048) with ``layers`` decoder layers, on the 272-token byte vocabulary."""
+    return (
+        f"random:qwen3?hidden_size=768&num_hidden_layers={layers}&num_attention_heads=12"
+        "&num_key_value_heads=4&head_dim=64&intermediate_size=2048"
+    )
+
+
 def save_random_model(ref: str, directory: Path) -> Path:
     """Build ``ref`` (a ``random:`` model) once and save it with its tokenizer, so both sides
     load byte-identical weights and the same tokenizer files from ``directory``."""
@@ -327,6 +349,21 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", type=Path, default=None, help=argparse.SUPPRESS)
     return parser
+
+
+def run_role(
+    parser: argparse.ArgumentParser,
+    child: Callable[[argparse.Namespace], Mapping[str, Any]],
+    drive: Callable[[argparse.Namespace], Mapping[str, Any]],
+) -> None:
+    """Parse the command line and play this process's role: as a child (``--child SIDE``),
+    print the result line of ``child(args)``; as the driver, run ``drive(args)`` and write its
+    results to ``--json`` when given."""
+    args = parser.parse_args()
+    if args.child:
+        emit(child(args))
+        return
+    write_json(args.json, drive(args))
 
 
 def write_json(path: Path | None, payload: Mapping[str, Any]) -> None:

@@ -29,6 +29,8 @@ from areno_core.rollout.native import create_native_engine
 from areno_core.types import RewardRecord, SamplingParams
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data" / "gsm8k" / "train.jsonl"
+# A model's optimizer settings are fixed by its first train() call: both phases pass these.
+OPTIMIZER = {"learning_rate": 3e-3, "min_lr": 3e-4, "lr_decay_steps": 60}
 
 
 def read_gsm8k(path: Path, limit: int) -> list[dict[str, str]]:
@@ -83,21 +85,14 @@ def main() -> None:
     for i in range(args.sft_steps):
         rows = [sft_row(r) for r in raw[i * batch_size : (i + 1) * batch_size]]
         result = backend.train(
-            model,
-            rows,
-            algorithm="sft",
-            learning_rate=3e-3,
-            min_lr=3e-4,
-            lr_decay_steps=60,
-            mini_bs=8,
-            max_new_tokens=128,
+            model, rows, algorithm="sft", **OPTIMIZER, mini_bs=8, max_new_tokens=128
         )
         model.log(metrics=result.metrics, step=result.step)
         print(f"sft step {result.step} loss {result.metrics['train/loss']:.4f}", flush=True)
 
     # -- Part 2: online RL with GRPO ---------------------------------------------------------
-    # The optimizer settings of a model are fixed by its first train() call, so the RL phase
-    # passes the same learning-rate settings; the clip and accumulation options may change.
+    # The RL phase passes the same OPTIMIZER settings; the clip and accumulation options may
+    # change.
     engine = create_native_engine(
         model.policy, model.tokenizer, EngineOptions(attn_backend="native")
     )
@@ -126,9 +121,7 @@ def main() -> None:
             model,
             groups,
             algorithm="grpo",
-            learning_rate=3e-3,
-            min_lr=3e-4,
-            lr_decay_steps=60,
+            **OPTIMIZER,
             mini_bs=8,
             gradient_accumulation_steps=1,
             grpo_clip_eps=0.2,

@@ -22,8 +22,6 @@ from typing import Any
 
 import pytest
 
-import areno_core.agentic.collect as collect_module
-import areno_core.runner.rollout as rollout_module
 from areno_core.agentic.records import ServedCompletion
 from areno_core.testing import run_areno
 
@@ -34,28 +32,14 @@ pytestmark = pytest.mark.usefixtures("installed_plugins_only")
 
 
 @pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, list[Any]]]:
-    """``(server, groups)`` of every agentic step of the run."""
+def captured(
+    monkeypatch: pytest.MonkeyPatch, agentic_steps: list[tuple[Any, list[Any]]]
+) -> list[tuple[Any, list[Any]]]:
+    """``(server, groups)`` of every agentic step of the run, with the frameworks' tracing off."""
     monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
     monkeypatch.setenv("LANGSMITH_TRACING", "false")
     monkeypatch.setenv("LANGCHAIN_TRACING_V2", "false")
-    steps: list[tuple[Any, list[Any]]] = []
-    servers: list[Any] = []
-    real_server, real_collect = collect_module.AgentServer, collect_module.collect_agentic_groups
-
-    class Server(real_server):  # type: ignore[misc, valid-type]
-        def start(self) -> Any:
-            servers.append(self)
-            return super().start()
-
-    def collect(*args: Any, **kwargs: Any) -> Any:
-        groups, metrics = real_collect(*args, **kwargs)
-        steps.append((servers[-1], groups))
-        return groups, metrics
-
-    monkeypatch.setattr(collect_module, "AgentServer", Server)
-    monkeypatch.setattr(rollout_module, "collect_agentic_groups", collect)  # where the run calls it
-    return steps
+    return agentic_steps
 
 
 def _check_rows_are_served_tokens(records: dict[str, ServedCompletion], groups: list[Any]) -> int:

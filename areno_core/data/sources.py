@@ -258,6 +258,14 @@ def _load_file(path: Path) -> list[dict[str, Any]]:
         ) from exc
 
 
+def _row(value: Any, where: str, rule: str) -> dict[str, Any]:
+    """``value`` if it is a JSON object (a row); otherwise a :class:`DatasetError` naming
+    ``where`` it stands, what it is, and the ``rule`` it breaks."""
+    if not isinstance(value, dict):
+        raise DatasetError(f"{where} is a JSON {_json_type(value)}; {rule}")
+    return value
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return list(_iter_json_lines(path))
 
@@ -273,12 +281,7 @@ def _iter_json_lines(path: Path) -> Iterator[dict[str, Any]]:
                 raise DatasetError(
                     f"{path} line {lineno} is not valid JSON: {exc.msg} (column {exc.colno})"
                 ) from exc
-            if not isinstance(value, dict):
-                raise DatasetError(
-                    f"{path} line {lineno} is a JSON {_json_type(value)}; each line must be a "
-                    "JSON object (one row)"
-                )
-            yield value
+            yield _row(value, f"{path} line {lineno}", "each line must be a JSON object (one row)")
 
 
 def _read_json(path: Path) -> list[dict[str, Any]]:
@@ -298,13 +301,10 @@ def _read_json(path: Path) -> list[dict[str, Any]]:
         raise DatasetError(
             f"{path} holds a JSON {_json_type(value)}; expected a list of objects or JSON lines"
         )
-    for index, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise DatasetError(
-                f"{path}: item {index} of the top-level list is a JSON {_json_type(item)}; "
-                "every item must be an object (one row)"
-            )
-    return value
+    rule = "every item must be an object (one row)"
+    return [
+        _row(item, f"{path}: item {i} of the top-level list", rule) for i, item in enumerate(value)
+    ]
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:

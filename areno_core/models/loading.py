@@ -269,6 +269,25 @@ def load_tokenizer(ref: str) -> PreTrainedTokenizerBase:
     return ensure_pad_token(tokenizer)
 
 
+def _random_lm(
+    ref: str, dtype: torch.dtype | str, attn_implementation: str | None
+) -> PreTrainedModel:
+    """The ``random:`` causal LM ``ref`` in ``dtype`` (float32 for ``"auto"``), with
+    ``attn_implementation`` when given."""
+    model = build_random_model(ref, dtype=torch.float32 if dtype == "auto" else dtype)
+    if attn_implementation is not None:
+        model.set_attn_implementation(attn_implementation)
+    return model
+
+
+def _load_kwargs(dtype: torch.dtype | str, attn_implementation: str | None) -> dict[str, Any]:
+    """``from_pretrained`` keywords: ``dtype``, and ``attn_implementation`` when given."""
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    return kwargs
+
+
 def load_model(
     ref: str,
     *,
@@ -285,15 +304,9 @@ def load_model(
     _check_role(role, POLICY_ROLES)
     resolved = resolve_dtype(dtype)
     if is_random_ref(ref):
-        model: PreTrainedModel = build_random_model(
-            ref, dtype=torch.float32 if resolved == "auto" else resolved
-        )
-        if attn_implementation is not None:
-            model.set_attn_implementation(attn_implementation)
+        model: PreTrainedModel = _random_lm(ref, resolved, attn_implementation)
     else:
-        kwargs: dict[str, Any] = {"dtype": resolved}
-        if attn_implementation is not None:
-            kwargs["attn_implementation"] = attn_implementation
+        kwargs = _load_kwargs(resolved, attn_implementation)
         model = _pretrained(ref, "model", _auto_model(AutoModelForCausalLM, **kwargs))
     _finish(model, device, role)
     logger.info(
@@ -459,13 +472,9 @@ def load_value_model(
     """
     _check_role(role, VALUE_ROLES)
     resolved = resolve_dtype(dtype)
-    kwargs: dict[str, Any] = {"dtype": resolved}
-    if attn_implementation is not None:
-        kwargs["attn_implementation"] = attn_implementation
+    kwargs = _load_kwargs(resolved, attn_implementation)
     if is_random_ref(ref):
-        lm = build_random_model(ref, dtype=torch.float32 if resolved == "auto" else resolved)
-        if attn_implementation is not None:
-            lm.set_attn_implementation(attn_implementation)
+        lm = _random_lm(ref, resolved, attn_implementation)
         backbone: PreTrainedModel = lm.model
         head = _fresh_head(
             lm.config.hidden_size,

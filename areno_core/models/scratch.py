@@ -108,18 +108,22 @@ def _chat_template(text: str) -> str:
     return text
 
 
+# Architecture fields that take a positive integer, and those that take a positive number.
+_INT_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "max_position_embeddings",
+)
+_FLOAT_FIELDS = ("rope_theta", "rms_norm_eps", "initializer_range")
+
 # Override key -> (parser, description of a valid value).
 OVERRIDES: Mapping[str, tuple[Callable[[str], Any], str]] = {
-    "hidden_size": (_positive_int, "a positive integer"),
-    "num_hidden_layers": (_positive_int, "a positive integer"),
-    "num_attention_heads": (_positive_int, "a positive integer"),
-    "num_key_value_heads": (_positive_int, "a positive integer"),
-    "head_dim": (_positive_int, "a positive integer"),
-    "intermediate_size": (_positive_int, "a positive integer"),
-    "max_position_embeddings": (_positive_int, "a positive integer"),
-    "rope_theta": (_positive_float, "a positive number"),
-    "rms_norm_eps": (_positive_float, "a positive number"),
-    "initializer_range": (_positive_float, "a positive number"),
+    **dict.fromkeys(_INT_FIELDS, (_positive_int, "a positive integer")),
+    **dict.fromkeys(_FLOAT_FIELDS, (_positive_float, "a positive number")),
     "tie_word_embeddings": (_parse_bool, "true or false"),
     "seed": (_non_negative_int, "a non-negative integer"),
     "chat_template": (_chat_template, "'chatml' or 'chatml-compact'"),

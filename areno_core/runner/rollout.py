@@ -40,7 +40,8 @@ logger = get_logger(__name__)
 
 @attrs.define
 class AgentSettings:
-    """How agentic rollouts run (``--agent-fn`` and its options)."""
+    """How agentic rollouts run (``--agent-fn`` and its options): keywords of
+    :func:`~areno_core.agentic.collect.collect_agentic_groups`, by the same names."""
 
     agent_fn: Callable[..., Any]
     train_tool_results: bool = False
@@ -169,18 +170,14 @@ class RolloutRunner:
         assert agent is not None
         groups, metrics = collect_agentic_groups(
             items,
-            agent_fn=agent.agent_fn,
+            **attrs.asdict(agent, recurse=False),  # the agent and its options, by name
             engine=self.engine,
             tokenizer=self.model.tokenizer,
             sampling=self.sampling,
             n_samples=self.n_samples,
             scorer=self.scorer,
             disable_thinking=self.disable_thinking,
-            train_tool_results=agent.train_tool_results,
-            max_context_len=agent.max_context_len,
-            timeout_s=agent.timeout_s,
             generator=self.model.rollout_generator,
-            max_concurrency=agent.max_concurrency,
             model=self.placement.policy,
         )
         # Every turn of this step was served by the engine at its current version.

@@ -19,17 +19,22 @@ class FeaturizeStats:
     truncated_responses: int = 0
 
 
-def _encode(
+def _trajectory(
     tokenizer: Any,
     prompt: Any,
     response: Any,
     *,
+    index: int,
     max_prompt_tokens: int,
     max_new_tokens: int,
     disable_thinking: bool,
     stats: FeaturizeStats,
     tools: Any = None,
-) -> tuple[list[int], list[int]] | None:
+    metadata: dict[str, Any] | None = None,
+) -> Trajectory | None:
+    """Row ``index``'s ``prompt`` (context, mask 0) and ``response`` (the target) as one
+    trajectory, the response cut to ``max_new_tokens``; None (counted) when the prompt is
+    longer than ``max_prompt_tokens``."""
     try:
         ids, mask = encode_sft_example(
             tokenizer, prompt, response, disable_thinking=disable_thinking, tools=tools or None
@@ -43,7 +48,15 @@ def _encode(
     if len(ids) - prompt_len > max_new_tokens:
         stats.truncated_responses += 1
         ids, mask = ids[: prompt_len + max_new_tokens], mask[: prompt_len + max_new_tokens]
-    return list(ids), list(mask)
+    ids, mask = list(ids), list(mask)
+    return Trajectory(
+        input_ids=ids,
+        loss_mask=mask,
+        rollout_logprobs=[0.0] * len(ids),
+        prompt_len=prompt_len,
+        prompt_index=index,
+        metadata=metadata or {},
+    )
 
 
 def sft_trajectories(
@@ -59,28 +72,19 @@ def sft_trajectories(
     out = []
     for i, row in enumerate(rows):
         stats.rows += 1
-        encoded = _encode(
+        trajectory = _trajectory(
             tokenizer,
             row["prompt"],
             row["response"],
+            index=i,
             max_prompt_tokens=max_prompt_tokens,
             max_new_tokens=max_new_tokens,
             disable_thinking=disable_thinking,
             stats=stats,
             tools=row.get("tools"),
         )
-        if encoded is None:
-            continue
-        ids, mask = encoded
-        out.append(
-            Trajectory(
-                input_ids=ids,
-                loss_mask=mask,
-                rollout_logprobs=[0.0] * len(ids),
-                prompt_len=mask.index(1) if 1 in mask else len(mask),
-                prompt_index=i,
-            )
-        )
+        if trajectory is not None:
+            out.append(trajectory)
     return out, stats
 
 
@@ -99,28 +103,20 @@ def preference_trajectories(
         stats.rows += 1
         pair = []
         for key in ("chosen", "rejected"):
-            encoded = _encode(
+            trajectory = _trajectory(
                 tokenizer,
                 row["prompt"],
                 row[key],
+                index=i,
                 max_prompt_tokens=max_prompt_tokens,
                 max_new_tokens=max_new_tokens,
                 disable_thinking=disable_thinking,
                 stats=stats,
+                metadata={"preference": key},
             )
-            if encoded is None:
+            if trajectory is None:
                 break
-            ids, mask = encoded
-            pair.append(
-                Trajectory(
-                    input_ids=ids,
-                    loss_mask=mask,
-                    rollout_logprobs=[0.0] * len(ids),
-                    prompt_len=mask.index(1) if 1 in mask else len(mask),
-                    prompt_index=i,
-                    metadata={"preference": key},
-                )
-            )
+            pair.append(trajectory)
         if len(pair) == 2:
             out.extend(pair)
     return out, stats

@@ -12,6 +12,7 @@ checked against the algorithm's own config class.
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
 from collections.abc import Mapping, Sequence
@@ -387,14 +388,11 @@ class LocalBackend:
         )
         if activation_checkpointing and not is_activation_checkpointing(policy):
             enable_activation_checkpointing(policy)
+        # The policy's and the critic's AdamW share betas and weight decay (frozen parameters
+        # are left out by build_optimizer).
+        adamw = functools.partial(build_optimizer, betas=adam_betas, weight_decay=weight_decay)
         if model.optimizer is None:
-            model.optimizer = build_optimizer(
-                [p for p in policy.parameters() if p.requires_grad],
-                lr=learning_rate,
-                betas=adam_betas,
-                weight_decay=weight_decay,
-                adam_8bit=adam_8bit,
-            )
+            model.optimizer = adamw(policy.parameters(), lr=learning_rate, adam_8bit=adam_8bit)
             model.scheduler = build_scheduler(
                 model.optimizer,
                 lr=learning_rate,
@@ -422,13 +420,7 @@ class LocalBackend:
             )
         if "critic" in spec.roles and model.critic_optimizer is None:
             critic = model.ensure_critic()
-            model.critic_optimizer = build_optimizer(
-                [p for p in critic.parameters() if p.requires_grad],
-                lr=critic_lr,
-                betas=adam_betas,
-                weight_decay=weight_decay,
-                adam_8bit=False,
-            )
+            model.critic_optimizer = adamw(critic.parameters(), lr=critic_lr, adam_8bit=False)
 
     # -- checkpoints ----------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ from areno_core.model import TrainableModel
 from areno_core.models.loading import ValueModel, load_model_config, load_tokenizer
 from areno_core.models.lora import LoraSettings
 from areno_core.models.scratch import build_random_model, is_random_ref
-from areno_core.types import PromptItem, SamplingParams, Trajectory, TrajectoryGroup
+from areno_core.types import PromptItem, Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
     from areno_core.resolve import ResolvedRun
@@ -208,13 +208,7 @@ class RunProbes:
     def rollout(self, running: int) -> int | None:
         self._ready()
         cfg = self.cfg
-        sampling = SamplingParams(
-            max_new_tokens=DECODE_STEPS + 1,
-            temperature=cfg.temperature,
-            top_k=cfg.top_k,
-            top_p=cfg.top_p,
-            greedy=cfg.greedy,
-        )
+        sampling = cfg.rollout.sampling(max_new_tokens=DECODE_STEPS + 1)
         engine = self._engine_for(running)
         release_memory()
         try:

@@ -42,11 +42,8 @@ def _each_sample(play: Play, **run_each: Any) -> Callable[[AgentContext, AgentBa
     ``ctx.run_each`` with ``run_each``'s options), all on one client that it closes after."""
 
     async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
+        async with _client(ctx) as client:
             return await ctx.run_each(batch, lambda item: play(client, ctx, item), **run_each)
-        finally:
-            await client.close()
 
     return agent
 
@@ -205,16 +202,6 @@ def test_collect_agent_that_raises_fails_the_step(byte_tokenizer: Any, scripted)
     assert engine.calls == []
 
 
-def test_collect_agent_returning_nothing_fails_the_step(byte_tokenizer: Any, scripted) -> None:
-    engine = scripted(byte_tokenizer, "fine")
-
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> None:
-        return None
-
-    with pytest.raises(AgentError, match="returned no turns for sample .* made no request"):
-        _collect(engine, byte_tokenizer, agent)
-
-
 def test_collect_async_generator_agent_reward_skips_reward_fn(
     byte_tokenizer: Any, scripted
 ) -> None:
@@ -222,16 +209,13 @@ def test_collect_async_generator_agent_reward_skips_reward_fn(
     calls: list[Any] = []
 
     async def agent(ctx: AgentContext, batch: AgentBatch) -> Any:
-        client = _client(ctx)
-        try:
+        async with _client(ctx) as client:
             for item in batch.iter_samples():
                 reply = await client.chat.completions.create(
                     model=ctx.model, messages=item.messages
                 )
                 reward = 0.5 if item.sample_index == 0 else None
                 yield AgentTrajectoryTurn(item, item.messages, reply, reward=reward)
-        finally:
-            await client.close()
 
     scorer = RewardScorer(lambda record: calls.append(record) or 0.25)
     groups, metrics = _collect(engine, byte_tokenizer, agent, scorer=scorer)
@@ -251,29 +235,53 @@ def test_collect_drops_rows_over_max_context_len(byte_tokenizer: Any, scripted) 
     assert metrics["rollout/samples"] == 0.0
 
 
-def test_collect_result_for_foreign_item_raises_user_code_error(
-    byte_tokenizer: Any, scripted
+async def _returns_nothing(ctx: AgentContext, batch: AgentBatch) -> None:
+    return None
+
+
+async def _returns_a_foreign_item(ctx: AgentContext, batch: AgentBatch) -> Any:
+    stranger = AgentItem(row={}, messages=(), prompt_index=99, sample_index=0)
+    return AgentTrajectory(item=stranger, turns=[])
+
+
+async def _returns_a_dict(ctx: AgentContext, batch: AgentBatch) -> Any:
+    return {"not": "a trajectory"}
+
+
+async def _reuses_one_response(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
+    """Asks once, then hands that one response to every sample."""
+    async with _client(ctx) as client:
+        items = list(batch.iter_samples())
+        reply = await _ask(client, ctx, items[0].messages)
+        return [AgentTrajectoryTurn(item, item.messages, reply) for item in items]
+
+
+@pytest.mark.parametrize(
+    ("agent", "error", "match"),
+    [
+        pytest.param(
+            _returns_nothing,
+            AgentError,
+            "returned no turns for sample .* made no request",
+            id="nothing",
+        ),
+        pytest.param(
+            _returns_a_foreign_item,
+            UserCodeError,
+            r"\(99, 0\), which is not in this step's batch",
+            id="foreign-item",
+        ),
+        pytest.param(_returns_a_dict, UserCodeError, "returned a dict", id="wrong-type"),
+        pytest.param(
+            _reuses_one_response, AgentError, "is used by 4 turns", id="one-response-reused"
+        ),
+    ],
+)
+def test_collect_agent_result_it_cannot_train_on_fails_the_step(
+    byte_tokenizer: Any, scripted, agent: Any, error: type[Exception], match: str
 ) -> None:
-    engine = scripted(byte_tokenizer, "fine")
-
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> Any:
-        stranger = AgentItem(row={}, messages=(), prompt_index=99, sample_index=0)
-        return AgentTrajectory(item=stranger, turns=[])
-
-    with pytest.raises(UserCodeError, match=r"\(99, 0\), which is not in this step's batch"):
-        _collect(engine, byte_tokenizer, agent)
-
-
-def test_collect_agent_returning_wrong_type_raises_user_code_error(
-    byte_tokenizer: Any, scripted
-) -> None:
-    engine = scripted(byte_tokenizer, "fine")
-
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> Any:
-        return {"not": "a trajectory"}
-
-    with pytest.raises(UserCodeError, match="returned a dict"):
-        _collect(engine, byte_tokenizer, agent)
+    with pytest.raises(error, match=match):
+        _collect(scripted(byte_tokenizer, "fine"), byte_tokenizer, agent)
 
 
 class _Registry:
@@ -308,6 +316,12 @@ async def _ask(client: openai.AsyncOpenAI, ctx: AgentContext, messages: Any) -> 
     return await client.chat.completions.create(model=ctx.model, messages=messages)
 
 
+def _assert_every_row_completes_with(groups: list[Any], tokenizer: Any, reply: str) -> None:
+    """Every trained row's tokens after its prompt are ``reply`` then EOS."""
+    expected = [*tokenizer.encode(reply), tokenizer.eos_token_id]
+    assert all(t.input_ids[t.prompt_len :] == expected for g in groups for t in g.trajectories)
+
+
 def test_collect_forged_token_ids_drop_the_sample_and_count_it(
     byte_tokenizer: Any, scripted
 ) -> None:
@@ -328,26 +342,7 @@ def test_collect_forged_token_ids_drop_the_sample_and_count_it(
     assert kept == [(10, 1), (11, 0), (11, 1)]
     assert metrics["rollout/agent_mismatches"] == 1.0
     assert metrics["rollout/agent_errors"] == 0.0
-    fine = [*byte_tokenizer.encode("fine"), byte_tokenizer.eos_token_id]
-    assert all(t.input_ids[t.prompt_len :] == fine for g in groups for t in g.trajectories)
-
-
-def test_collect_one_response_reused_for_every_sample_fails_the_step(
-    byte_tokenizer: Any, scripted
-) -> None:
-    engine = scripted(byte_tokenizer, "fine")
-
-    async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
-            items = list(batch.iter_samples())
-            reply = await _ask(client, ctx, items[0].messages)
-            return [AgentTrajectoryTurn(item, item.messages, reply) for item in items]
-        finally:
-            await client.close()
-
-    with pytest.raises(AgentError, match="is used by 4 turns"):
-        _collect(engine, byte_tokenizer, agent)
+    _assert_every_row_completes_with(groups, byte_tokenizer, "fine")
 
 
 def test_collect_response_to_another_prompt_or_unknown_id_is_dropped(
@@ -356,8 +351,7 @@ def test_collect_response_to_another_prompt_or_unknown_id_is_dropped(
     engine = scripted(byte_tokenizer, "fine")
 
     async def agent(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
+        async with _client(ctx) as client:
             items = {item.key: item for item in batch.iter_samples()}
             out = []
             for key, item in items.items():
@@ -368,8 +362,6 @@ def test_collect_response_to_another_prompt_or_unknown_id_is_dropped(
                     response = {**reply.model_dump(), "id": "chatcmpl-made-up"}
                 out.append(AgentTrajectoryTurn(item, item.messages, response))
             return out
-        finally:
-            await client.close()
 
     groups, metrics = _collect(engine, byte_tokenizer, agent)
     assert [(g.item.index, [t.sample_index for t in g.trajectories]) for g in groups] == [
@@ -395,8 +387,7 @@ def test_collect_turn_given_as_response_id_of_a_stream_trains(
 
     groups, metrics = _collect(engine, byte_tokenizer, agent)
     assert metrics["rollout/samples"] == 4.0 and metrics["rollout/agent_mismatches"] == 0.0
-    expected = [*byte_tokenizer.encode("streamed"), byte_tokenizer.eos_token_id]
-    assert all(t.input_ids[t.prompt_len :] == expected for g in groups for t in g.trajectories)
+    _assert_every_row_completes_with(groups, byte_tokenizer, "streamed")
 
 
 # -- faults: one bad sample, blocking code ----------------------------------------------------
@@ -416,15 +407,12 @@ def test_collect_one_sample_of_wrong_type_does_not_abort_the_step(
     each = _each_sample(play)
 
     async def loose(ctx: AgentContext, batch: AgentBatch) -> list[Any]:
-        client = _client(ctx)
-        try:
+        async with _client(ctx) as client:
             out: list[Any] = ["a stray string"]
             for item in list(batch.iter_samples())[1:]:
                 reply = await _ask(client, ctx, item.messages)
                 out.append(AgentTrajectoryTurn(item, item.messages, reply))
             return out
-        finally:
-            await client.close()
 
     for agent, bad in ((each, 0.0), (loose, 1.0)):
         _groups, metrics = _collect(engine, byte_tokenizer, agent)

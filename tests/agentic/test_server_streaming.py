@@ -110,16 +110,21 @@ def test_tool_call_markup_is_never_streamed_as_text(byte_tokenizer: Any) -> None
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
-def test_native_engine_streams_its_tokens(tiny_policy: Any) -> None:
+def _native_server(tiny_policy: Any, seed: int) -> AgentServer:
+    """A server over the tiny native engine that samples 24 tokens at temperature 1, from
+    torch seed ``seed``."""
     _model, tokenizer, engine = tiny_policy
-    torch.manual_seed(0)
-    server = AgentServer(
+    torch.manual_seed(seed)
+    return AgentServer(
         engine,
         tokenizer,
         sampling_defaults=SamplingParams(max_new_tokens=24, temperature=1.0),
         timeout_s=60,
     )
-    with server:
+
+
+def test_native_engine_streams_its_tokens(tiny_policy: Any) -> None:
+    with _native_server(tiny_policy, seed=0) as server:
         assert server.streams_tokens
         chunks, _ = _stream(server)
         record = server.records[chunks[0].id]
@@ -172,15 +177,7 @@ def test_openai_stream_helper_accumulates_logprobs_and_tool_calls(byte_tokenizer
 
 
 def test_native_engine_streams_logprobs_as_it_samples(tiny_policy: Any) -> None:
-    _model, tokenizer, engine = tiny_policy
-    torch.manual_seed(1)
-    server = AgentServer(
-        engine,
-        tokenizer,
-        sampling_defaults=SamplingParams(max_new_tokens=24, temperature=1.0),
-        timeout_s=60,
-    )
-    with server:
+    with _native_server(tiny_policy, seed=1) as server:
         chunks, _ = _stream(server, logprobs=True)
         record = server.records[chunks[0].id].choices[0]
     carrying = [c for c in chunks if c.choices and c.choices[0].logprobs]

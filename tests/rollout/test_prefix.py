@@ -16,7 +16,7 @@ from transformers import (
 )
 
 from areno_core.contracts.engine import EngineOptions
-from areno_core.engine_conformance import EOS, VOCAB, conformance_model
+from areno_core.engine_conformance import EOS, TINY_SIZES, VOCAB, conformance_model
 from areno_core.rollout.generation import row_slots as _slots
 from areno_core.rollout.native import NativeEngine, NativeEngineConfig
 from areno_core.rollout.prefix import (
@@ -210,14 +210,11 @@ def test_engine_shared_prompt_cache_on_bfloat16_model_stays_close_to_copies(mode
 
 
 def _other_family(model_cls: type, config_cls: type, seed: int, kv_heads: int) -> torch.nn.Module:
-    """A tiny random model of another family (no q/k norms, its own head layout)."""
+    """A random model of another family at the conformance model's sizes (no q/k norms, its
+    own head layout)."""
     torch.manual_seed(seed)
     config = config_cls(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
+        **TINY_SIZES,
         num_key_value_heads=kv_heads,
         max_position_embeddings=256,
         attn_implementation="sdpa",

@@ -249,6 +249,14 @@ def _critic(seed: int) -> tuple[nn.Module, torch.optim.Optimizer]:
     return critic, opt
 
 
+def _load_with_critic(path: Path, trainer: tuple[Any, Any, Any], critic: tuple[Any, Any]) -> None:
+    """Load ``path`` into a ``(model, optimizer, scheduler)`` and a ``(critic, optimizer)``."""
+    model, opt, sched = trainer
+    load_checkpoint(
+        path, model=model, optimizer=opt, scheduler=sched, extra_models={"critic": critic}
+    )
+
+
 def test_extra_model_round_trip_restores_weights_and_optimizer(tmp_path: Path) -> None:
     model, opt, sched = _trainer(seed=0)
     critic, critic_opt = _critic(seed=0)
@@ -257,15 +265,9 @@ def test_extra_model_round_trip_restores_weights_and_optimizer(tmp_path: Path) -
     path = _save(tmp_path, 4, model, opt, sched, extra_models={"critic": (critic, critic_opt)})
     assert (path / "critic" / "model.safetensors").is_file()
 
-    model2, opt2, sched2 = _trainer(seed=1)
+    trainer2 = _trainer(seed=1)
     critic2, critic_opt2 = _critic(seed=1)
-    load_checkpoint(
-        path,
-        model=model2,
-        optimizer=opt2,
-        scheduler=sched2,
-        extra_models={"critic": (critic2, critic_opt2)},
-    )
+    _load_with_critic(path, trainer2, (critic2, critic_opt2))
     for key, value in critic.state_dict().items():
         torch.testing.assert_close(critic2.state_dict()[key], value, rtol=0.0, atol=0.0)
     for key, value in critic_opt.state_dict()["state"].items():
@@ -274,17 +276,10 @@ def test_extra_model_round_trip_restores_weights_and_optimizer(tmp_path: Path) -
 
 
 def test_load_checkpoint_extra_model_not_saved_raises_config_error(tmp_path: Path) -> None:
-    model, opt, sched = _trainer(seed=0)
-    path = _save(tmp_path, 1, model, opt, sched)
-    critic, critic_opt = _critic(seed=0)
+    trainer = _trainer(seed=0)
+    path = _save(tmp_path, 1, *trainer)
     with pytest.raises(ConfigError, match="has no 'critic' model"):
-        load_checkpoint(
-            path,
-            model=model,
-            optimizer=opt,
-            scheduler=sched,
-            extra_models={"critic": (critic, critic_opt)},
-        )
+        _load_with_critic(path, trainer, _critic(seed=0))
 
 
 def test_load_checkpoint_different_architecture_raises_config_error(tmp_path: Path) -> None:

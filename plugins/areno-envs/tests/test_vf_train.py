@@ -15,9 +15,7 @@ from typing import Any
 
 import pytest
 
-import areno_core.agentic.collect as collect_module
 import areno_core.rewards as rewards_module
-import areno_core.runner.rollout as rollout_module
 from areno_core.recipe import resolve_resource
 from areno_core.testing import run_areno
 
@@ -86,30 +84,8 @@ def test_single_turn_taskset_trains_with_its_rubric(tmp_path: Path, scored: list
         assert step["rollout/reward_mean"] == pytest.approx(sum(r for _, r in chunk) / 4)
 
 
-@pytest.fixture
-def served(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, list[Any]]]:
-    """``(server, groups)`` of every agentic step of the run."""
-    steps: list[tuple[Any, list[Any]]] = []
-    servers: list[Any] = []
-    real_server, real_collect = collect_module.AgentServer, collect_module.collect_agentic_groups
-
-    class Server(real_server):  # type: ignore[misc, valid-type]
-        def start(self) -> Any:
-            servers.append(self)
-            return super().start()
-
-    def collect(*args: Any, **kwargs: Any) -> Any:
-        groups, metrics = real_collect(*args, **kwargs)
-        steps.append((servers[-1], groups))
-        return groups, metrics
-
-    monkeypatch.setattr(collect_module, "AgentServer", Server)
-    monkeypatch.setattr(rollout_module, "collect_agentic_groups", collect)
-    return steps
-
-
 def test_multi_turn_tool_taskset_trains_through_the_endpoint(
-    tmp_path: Path, scored: list, served: list
+    tmp_path: Path, scored: list, agentic_steps: list
 ) -> None:
     from vf_tictactoe import BOARDS  # the test taskset, on sys.path by the fixture
 
@@ -145,8 +121,8 @@ def test_multi_turn_tool_taskset_trains_through_the_endpoint(
         # the tool's answer went back to the model
         assert any(m["role"] == "tool" and m["content"] == f"You marked square {square}."
                    for m in record.messages) or square is None  # fmt: skip
-    assert len(served) == 2
-    for server, groups in served:
+    assert len(agentic_steps) == 2
+    for server, groups in agentic_steps:
         records = dict(server.records)
         choices: dict[tuple[int, int], list[Any]] = {}
         for rec in records.values():

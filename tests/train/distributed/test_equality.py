@@ -7,15 +7,10 @@ largest weight difference per algorithm.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-WORKER = Path(__file__).with_name("equality_worker.py")
+from .equality import assert_trained_like_one_process, run_equality_worker
+
 ALGOS = ("sft", "dpo", "grpo", "ppo", "ppo_no_kl")
 
 pytestmark = pytest.mark.distributed
@@ -30,29 +25,13 @@ def result(tmp_path_factory) -> dict:
     each weight by up to 1e-4, ten times the tolerance.
     """
     out = tmp_path_factory.mktemp("equality") / "result.json"
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", "2", str(WORKER), "--world-size", "2",
-            "--layouts", "1:3,2:1", "--lr", "1e-4", "--out", str(out),
-        ],
-        capture_output=True, text=True, timeout=560,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return json.loads(out.read_text())
+    return run_equality_worker(out, 2, "--layouts", "1:3,2:1", "--lr", "1e-4")
 
 
 @pytest.mark.timeout(600)
 def test_data_parallel_two_processes_equal_one_process_after_three_steps(result):
     for algo in ALGOS:
-        entry = result["tp1"][algo]
-        assert entry["policy"] < 1e-5, (algo, entry)
-        assert entry.get("critic", 0.0) < 1e-5, (algo, entry)
-        assert entry["optimizer_steps"][0] == entry["optimizer_steps"][1] >= 3
-        for got, want in zip(entry["losses"], entry["local_losses"], strict=True):
-            assert got == pytest.approx(want, abs=1e-5), (algo, entry)
-        assert entry["moved"] > 1e-4, (algo, entry)  # so that equality means something
+        assert_trained_like_one_process(algo, result["tp1"][algo], steps=3)
 
 
 @pytest.mark.timeout(600)
