@@ -60,9 +60,11 @@ def write_distribution(
     *,
     version: str = "0.0.1",
     entry_point_name: str | None = None,
+    entry_point_object: str | None = None,
     extra_files: dict[str, str] | None = None,
 ) -> None:
-    """Write an importable module and its ``.dist-info`` (with an areno entry point) to root."""
+    """Write an importable module and its ``.dist-info`` (with an areno entry point) to root.
+    The entry point names the module, or ``entry_point_object`` in it (``module:PACK``)."""
     module_dir = root / module_name
     module_dir.mkdir(parents=True, exist_ok=True)
     (module_dir / "__init__.py").write_text(textwrap.dedent(source))
@@ -75,8 +77,9 @@ def write_distribution(
     (info / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: {version}\n"
     )
+    target = module_name if entry_point_object is None else f"{module_name}:{entry_point_object}"
     (info / "entry_points.txt").write_text(
-        f"[areno]\n{entry_point_name or module_name} = {module_name}\n"
+        f"[areno]\n{entry_point_name or module_name} = {target}\n"
     )
     (info / "top_level.txt").write_text(module_name + "\n")
 

@@ -7,7 +7,9 @@ imported only when one of its loaders, rewards or agents runs.
 
 from __future__ import annotations
 
-from areno_core import hookimpl
+from typing import Any
+
+from areno_core import Pack
 from areno_envs.rg.loader import rg_loader, rg_sft_loader, task_loader
 from areno_envs.rg.recipes import CHAIN_SUM_RECIPES, task_recipe
 from areno_envs.rg.reward import rg_reward_fn
@@ -17,29 +19,19 @@ from areno_envs.vf.loader import vf_loader
 from areno_envs.vf.reward import vf_reward_fn
 
 
-@hookimpl
-def register_dataset_loaders(register):  # type: ignore[no-untyped-def]
-    register("rg", rg_loader)
-    register("rg_sft", rg_sft_loader)
-    register("vf", vf_loader)
-    for task in task_names():
-        register(f"rg/{task}", task_loader(task))
+def _loaders() -> dict[str, Any]:
+    tasks = {f"rg/{task}": task_loader(task) for task in task_names()}
+    return {"rg": rg_loader, "rg_sft": rg_sft_loader, "vf": vf_loader, **tasks}
 
 
-@hookimpl
-def register_rewards(register):  # type: ignore[no-untyped-def]
-    register("rg", rg_reward_fn)
-    register("vf", vf_reward_fn)
+def _recipes() -> list[Any]:
+    return [*(task_recipe(task) for task in task_names()), *CHAIN_SUM_RECIPES]
 
 
-@hookimpl
-def register_agents(register):  # type: ignore[no-untyped-def]
-    register("vf", vf_agent)
-
-
-@hookimpl
-def register_recipes(register):  # type: ignore[no-untyped-def]
-    for task in task_names():
-        register(task_recipe(task))
-    for recipe in CHAIN_SUM_RECIPES:
-        register(recipe)
+# The reasoning-gym tables are built when the plugin registers, from the installed task list.
+PACK = Pack(
+    dataset_loaders=_loaders,
+    rewards={"rg": rg_reward_fn, "vf": vf_reward_fn},
+    agents={"vf": vf_agent},
+    recipes=_recipes,
+)

@@ -27,7 +27,7 @@ from areno_core.data.schema import AGENTIC_SCHEMA, RL_SCHEMA, validate_rows
 def _collect(hook: str) -> dict[str, Any]:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    pm.register(plugin, name="agentic")
+    pm.register(plugin.PACK, name="agentic")
     pm.check_pending()
     seen: dict[str, Any] = {}
 
@@ -85,10 +85,10 @@ def test_plugin_register_recipes_gives_gpu_and_cpu_recipes() -> None:
     ]
 
 
-def test_plugin_entry_point_installed_points_at_plugin_module() -> None:
+def test_plugin_entry_point_installed_points_at_the_pack() -> None:
     found = [ep for ep in entry_points(group="areno") if ep.name == "agentic"]
     assert len(found) == 1
-    assert found[0].value == "areno_recipes_agentic.plugin"
+    assert found[0].value == "areno_recipes_agentic.plugin:PACK"
 
 
 def test_loaders_generated_rows_pass_core_rl_and_agentic_schemas() -> None:
