@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from areno_core import hookimpl
 from areno_envs.rg.loader import rg_loader, rg_sft_loader, task_loader
-from areno_envs.rg.recipes import CHAIN_SUM_RECIPES, task_recipe
+from areno_envs.rg.recipes import CPU_RECIPES, task_recipe
 from areno_envs.rg.reward import rg_reward_fn
 from areno_envs.rg.tasks import task_names
 from areno_envs.vf.agent import run_agent as vf_agent
@@ -41,5 +41,5 @@ def register_agents(register):  # type: ignore[no-untyped-def]
 def register_recipes(register):  # type: ignore[no-untyped-def]
     for task in task_names():
         register(task_recipe(task))
-    for recipe in CHAIN_SUM_RECIPES:
+    for recipe in CPU_RECIPES:
         register(recipe)
