@@ -94,6 +94,10 @@ test_all() {
   # in the same process, training the tic-tac-toe model was measured 15x slower (cause not found).
   if [[ "${ARENO_LEARNING_GATES:-0}" == 1 ]]; then
     "$PY" -m areno_smoke --pack agentic --no-coverage --only agentic/tictactoe-cpu-smoke
+    # RL on a reasoning-gym task must raise held-out accuracy: 150 steps, measured 2 min at
+    # one torch thread (the thread count its numbers were measured with) on a 2-core machine.
+    OMP_NUM_THREADS=1 "$PY" -m areno_smoke --pack rg-cpu --no-coverage \
+      --only rg-cpu/basic_arithmetic-learn
   fi
   "$PY" -m areno_smoke --pack agentic --no-coverage --only agentic/duelgrid-cpu
   # The environments pack: a few steps of rg-cpu/chain_sum scored by reasoning-gym itself.

@@ -177,3 +177,23 @@ def test_agentic_smoke_gate_fails_when_the_reward_does_not_move(registry, tmp_pa
     rising = _history(tmp_path / "rising", [0.40, 0.42, 0.45, 0.47, 0.50, 0.52])
     assert not check_run([rises], flat).passed
     assert check_run([rises], rising).passed
+
+
+def test_reasoning_gym_learning_gate_fails_when_held_out_accuracy_does_not_rise(registry, tmp_path):
+    pytest.importorskip("areno_envs")
+    from areno_core.gates import check_run
+
+    recipes = {r.name: r for r in smoke_recipes(registry, "rg-cpu")}
+    learning = recipes["rg-cpu/basic_arithmetic-learn"]
+    (held_out,) = [g for g in learning.gates if g.metric == "eval/accuracy"]
+    assert held_out.kind == "rises" and held_out.threshold > 0
+    # Evaluated at steps 0, 50, 100 and 150: the gate compares step 150 with step 0.
+    options = learning.options_for("gspo")
+    assert (options["eval_interval"], options["max_steps"]) == (50, 150)
+    flat, rising = tmp_path / "flat" / "tensorboard", tmp_path / "rising" / "tensorboard"
+    for run, accuracies in ((flat, [0.34, 0.36, 0.33, 0.37]), (rising, [0.34, 0.40, 0.50, 0.52])):
+        run.mkdir(parents=True)
+        rows = [{"step": 50 * i, "eval/accuracy": a} for i, a in enumerate(accuracies)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert not check_run([held_out], flat.parent).passed
+    assert check_run([held_out], rising.parent).passed

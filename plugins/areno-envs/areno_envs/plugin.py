@@ -11,7 +11,7 @@ from typing import Any
 
 from areno_core import Pack
 from areno_envs.rg.loader import rg_loader, rg_sft_loader, task_loader
-from areno_envs.rg.recipes import CHAIN_SUM_RECIPES, task_recipe
+from areno_envs.rg.recipes import CPU_RECIPES, task_recipe
 from areno_envs.rg.reward import rg_reward_fn
 from areno_envs.rg.tasks import task_names
 from areno_envs.vf.agent import run_agent as vf_agent
@@ -25,7 +25,7 @@ def _loaders() -> dict[str, Any]:
 
 
 def _recipes() -> list[Any]:
-    return [*(task_recipe(task) for task in task_names()), *CHAIN_SUM_RECIPES]
+    return [*(task_recipe(task) for task in task_names()), *CPU_RECIPES]
 
 
 # The reasoning-gym tables are built when the plugin registers, from the installed task list.

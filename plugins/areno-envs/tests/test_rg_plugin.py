@@ -108,3 +108,34 @@ def test_env_args_reach_the_recipes_loader_and_a_bad_one_is_named(tmp_path, caps
     err = _error_of(["train", "--recipe", "math/arith", "--algo", "gspo", "--env-args", "{}",
                      "--save-path", str(save)], capsys)  # fmt: skip
     assert "takes no env_args keyword" in " ".join(err.split())
+
+
+def test_basic_arithmetic_recipes_ship_their_files_and_a_held_out_split_of_the_same_kind() -> None:
+    import json
+    import re
+
+    from areno_envs.rg.loader import task_loader
+    from areno_envs.rg.recipes import ADD, ADD_LEARN, ADD_SFT, ADD_WARMSTART
+
+    from areno_core.data import load_rows
+    from areno_core.models.warmstart import PROVENANCE_FILE, sha256
+
+    options = ADD.options_for("gspo")
+    assert options["dataset_loader_fn"] == "rg/basic_arithmetic"
+    assert options["reward_fn_path"] == "rg"
+    ckpt = Path(resolve_resource(ADD_WARMSTART))
+    provenance = json.loads((ckpt / PROVENANCE_FILE).read_text())
+    assert provenance["model_sha256"] == sha256(ckpt / "model.safetensors")
+    assert "areno train --recipe rg-cpu/basic_arithmetic-sft" in provenance["command"]
+    assert ADD_SFT.options_for("sft", rollout=False)["max_steps"] == 700
+    assert ADD_LEARN.internal and ADD_LEARN.options_for("gspo")["max_steps"] == 150
+    # Held out: no training question, and the same kind of problem (two terms up to 100, '+').
+    load = task_loader("basic_arithmetic")
+    train = [r for spec in load_rows(options["dataset_path"]) for r in load(spec)]
+    held = [r for spec in load_rows(options["eval_dataset_path"]) for r in load(spec)]
+    assert (len(train), len(held)) == (5000, 609)
+    assert not {r["prompt"] for r in train} & {r["prompt"] for r in held}
+    kind = re.compile(r"Calculate (\d+) \+ (\d+)\. ")
+    for row in train[:500] + held:
+        a, b = map(int, kind.fullmatch(row["prompt"]).groups())
+        assert max(a, b) <= 100 and row["answer"] == str(a + b)

@@ -6,8 +6,11 @@
 ``rg/<task>`` generates 2,000 training problems (seed 0) and 200 held-out ones from the same
 seeded dataset, sharing no question with the training ones, and scores completions with the
 task's own ``score_answer``. It asks Qwen3-0.6B for reasoning-gym's ``<answer>`` format.
-``rg-cpu/chain_sum`` is the CPU recipe whose sampled reward rises over 300 steps (about 30
-minutes on 2 cores) from a warm start shipped in this package (made by ``rg-cpu/chain_sum-sft``).
+``rg-cpu/basic_arithmetic`` is the CPU recipe whose held-out accuracy rises (0.342 -> 0.580 in
+500 steps, about 7 minutes at one torch thread) from a warm start shipped in this package (made
+by ``rg-cpu/basic_arithmetic-sft``); ``rg-cpu/basic_arithmetic-learn`` is its first 150 steps as
+an opt-in learning gate. ``rg-cpu/chain_sum`` raises only its sampled reward (over 300 steps,
+about 30 minutes): its held-out problems are harder than its training ones.
 """
 
 from __future__ import annotations
@@ -220,4 +223,189 @@ CHAIN_SUM_SMOKE = Recipe(
     ),
 )
 
+ADD_TRAIN = f"{RESOURCE}/data/basic_arithmetic_train.jsonl"
+ADD_EVAL = f"{RESOURCE}/data/basic_arithmetic_eval.jsonl"  # 609 rows, none a training question
+ADD_WARMSTART = f"{RESOURCE}/checkpoints/basic-arithmetic-sft"
+
+ADD_SFT = Recipe(
+    name="rg-cpu/basic_arithmetic-sft",
+    summary="The SFT run that made rg-cpu/basic_arithmetic's shipped warm start (CPU).",
+    algorithms=("sft",),
+    dataset=ADD_TRAIN,
+    checkpoint=CHAIN_MODEL,
+    loader="rg_sft",
+    defaults={
+        **_CHAIN_COMMON,
+        "max_prompt_tokens": 32,
+        "batch_size": 64,
+        "mini_bs": 64,
+        "max_new_tokens": 8,
+        "lr": 3.0e-3,
+        "min_lr": 3.0e-4,
+        # Stops at 700 of a 1400-step schedule: held-out accuracy is then 0.34 and still
+        # climbing (the same schedule run on reaches 0.92 by step 1100), which leaves RL room.
+        "lr_decay_steps": 1400,
+        "max_steps": 700,
+        "save_interval": 700,
+    },
+    hardware=HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="measured on 2 CPU cores"),
+    expected_metrics={
+        "train/loss": "5.72 at step 1, 1.40 mean over the first third, 0.58 over steps 650-700",
+        "time/step": "0.28 s per step at one torch thread on 2 shared CPU cores (3 min 15 s)",
+    },
+    gates=(
+        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
+        Gate("falls", "train/loss", threshold=0.4, description="measured: 1.40 -> 0.73"),
+        Gate(
+            "at_most",
+            "train/loss",
+            threshold=0.8,
+            after_step=650,
+            description="measured 0.58 over steps 650-700",
+        ),
+        Gate("checkpoint_loadable", after_step=700, description="step_700 is the warm start"),
+    ),
+    description=(
+        "`scripts/make_basic_arithmetic_warmstart.sh` runs this recipe at one torch thread and "
+        "exports its last step into areno_envs/checkpoints/basic-arithmetic-sft (two runs gave "
+        "the same weights bit for bit). The warm start solves 34.2% of the 609 held-out "
+        "problems greedily."
+    ),
+)
+
+# As chain_sum's RL options (math/arith's), with basic_arithmetic's shorter prompts and answers.
+# Greedy accuracy on the 609 held-out problems at steps 0, 100, ..., 500; about 1 s each.
+_ADD_RL: dict[str, Any] = {
+    **_CHAIN_RL,
+    "max_prompt_tokens": 32,
+    "max_new_tokens": 5,  # at most 3 digits, then EOS
+    "max_steps": 500,
+    "eval_dataset_path": ADD_EVAL,
+    "eval_interval": 100,
+}
+
+ADD = Recipe(
+    name="rg-cpu/basic_arithmetic",
+    summary="reasoning-gym basic_arithmetic (two-digit sums) on CPU: held-out accuracy rises.",
+    algorithms=("gspo", "grpo"),
+    dataset=ADD_TRAIN,
+    checkpoint=ADD_WARMSTART,
+    loader="rg/basic_arithmetic",
+    reward="rg",
+    defaults=_CHAIN_COMMON,
+    algorithm_defaults={
+        "gspo": {**_ADD_RL, "gspo_clip_eps": 0.05, "gspo_clip_eps_high": 0.05},
+        "grpo": {**_ADD_RL, "grpo_clip_eps": 0.2},
+    },
+    hardware=HardwareFloor(
+        device="cpu",
+        min_cpu_memory_gb=2,
+        note="measured on 2 CPU cores; no GPU needed",
+    ),
+    expected_metrics={
+        "eval/accuracy": (
+            "greedy, the 609 held-out problems: 0.342 at step 0 (the warm start), 0.502 (gspo) "
+            "and 0.509 (grpo) at step 100, 0.580 (gspo) and 0.565 (grpo) at step 500 "
+            "(measured, one torch thread)"
+        ),
+        "rollout/reward_mean": (
+            "reasoning-gym's score of the samples (temperature 1): 0.288 mean over steps 1-50, "
+            "0.551 (gspo) and 0.543 (grpo) over steps 451-500 (measured)"
+        ),
+        "rollout/reward_errors": "0: the scorer never fails",
+        "time/step": "0.83 s per step at one torch thread on 2 shared CPU cores (7 min in all)",
+    },
+    gates=(
+        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
+        Gate(
+            "at_most",
+            "rollout/reward_errors",
+            threshold=0.0,
+            after_step=1,
+            description="reasoning-gym's scorer never fails",
+        ),
+        Gate(
+            "rises",
+            "rollout/reward_mean",
+            threshold=0.08,
+            description="last third beats first third (measured: +0.154 gspo, +0.153 grpo)",
+        ),
+        Gate(
+            "at_least",
+            "eval/accuracy",
+            threshold=0.48,
+            after_step=500,
+            description="held-out accuracy at the end; measured 0.580 (gspo), 0.565 (grpo), "
+            "from 0.342",
+        ),
+        Gate("checkpoint_loadable", after_step=500, description="the final policy loads"),
+    ),
+    description=(
+        "reasoning-gym's basic_arithmetic restricted to sums of two terms from 0 to 100 "
+        "(operators ['+'], no parentheses, no negation), as plain text ('Calculate 32 + 15.'), "
+        "the completion the number. Training and held-out problems come from the same "
+        "generator: 5,000 training problems (seed 0, indices 0-4999) and the 609 of indices "
+        "5000-5999 whose question is not a training one. It starts from the shipped SFT warm "
+        "start (see rg-cpu/basic_arithmetic-sft), which solves 34.2% of them greedily."
+    ),
+)
+
+# The opt-in learning gate (scripts/dev.sh runs it with ARENO_LEARNING_GATES=1; not in the
+# default CI run): the first 150 steps of rg-cpu/basic_arithmetic must raise held-out accuracy.
+ADD_LEARN = Recipe(
+    name="rg-cpu/basic_arithmetic-learn",
+    summary="Learning gate: 150 steps of rg-cpu/basic_arithmetic must raise held-out accuracy.",
+    algorithms=("gspo",),
+    dataset=ADD_TRAIN,
+    checkpoint=ADD_WARMSTART,
+    loader="rg/basic_arithmetic",
+    reward="rg",
+    defaults={
+        **_CHAIN_COMMON,
+        **_ADD_RL,
+        "gspo_clip_eps": 0.05,
+        "gspo_clip_eps_high": 0.05,
+        "max_steps": 150,
+        "save_interval": 150,
+        "eval_interval": 50,
+    },
+    hardware=HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="measured on 2 CPU cores"),
+    visibility="internal",
+    expected_metrics={
+        "eval/accuracy": "0.342, 0.401, 0.502, 0.521 at steps 0, 50, 100, 150 (measured, seed 0)",
+        "rollout/reward_mean": "0.288 over steps 1-50, 0.429 over steps 101-150 (measured)",
+        "time/step": "0.8 s per step at one torch thread; 116 s in the smoke matrix",
+    },
+    gates=(
+        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
+        Gate(
+            "at_most",
+            "rollout/reward_errors",
+            threshold=0.0,
+            after_step=1,
+            description="reasoning-gym's scorer never fails",
+        ),
+        Gate(
+            "rises",
+            "eval/accuracy",
+            threshold=0.08,
+            description="step 150 beats step 0 (the warm start, 0.342): measured +0.179, "
+            "+0.169, +0.164 with seeds 0, 1, 2",
+        ),
+        Gate(
+            "rises",
+            "rollout/reward_mean",
+            threshold=0.03,
+            description="last third beats first third (measured +0.141, +0.144, +0.126)",
+        ),
+        Gate("checkpoint_loadable", after_step=150, description="the last policy loads"),
+    ),
+    description=(
+        "Internal: fails when RL on a reasoning-gym task stops improving held-out accuracy "
+        "(a reward that no longer reaches the update, an update that no longer helps)."
+    ),
+)
+
 CHAIN_SUM_RECIPES: tuple[Recipe, ...] = (CHAIN_SUM, CHAIN_SUM_SFT, CHAIN_SUM_SMOKE)
+ADD_RECIPES: tuple[Recipe, ...] = (ADD, ADD_SFT, ADD_LEARN)
+CPU_RECIPES: tuple[Recipe, ...] = (*CHAIN_SUM_RECIPES, *ADD_RECIPES)
