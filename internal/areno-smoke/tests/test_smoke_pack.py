@@ -154,46 +154,57 @@ def test_runner_algorithm_without_smoke_recipe_is_a_missing_row(install_areno_pl
     assert all(not r.passed for r in missing)
 
 
-def _history(run, rewards):
+def _history(run, metric, values, every):
+    """A run whose metrics.jsonl logs ``metric`` at steps 0, every, 2 * every, ..."""
     metrics = run / "tensorboard"
     metrics.mkdir(parents=True)
-    lines = [
-        json.dumps({"step": i + 1, "rollout/reward_mean": r, "train/loss": 0.1})
-        for i, r in enumerate(rewards)
-    ]
-    (metrics / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    rows = [{"step": every * i, metric: v, "train/loss": 0.1} for i, v in enumerate(values)]
+    (metrics / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return run
 
 
-def test_agentic_smoke_gate_fails_when_the_reward_does_not_move(registry, tmp_path):
-    pytest.importorskip("areno_recipes_agentic")
+# Each opt-in learning gate fails on a flat history of its metric and passes on a rising one.
+# The reasoning-gym gate compares held-out accuracy at step 150 with step 0 (evaluated every 50).
+LEARNING_GATES = [
+    pytest.param(
+        "areno_recipes_agentic",
+        "agentic",
+        "agentic/tictactoe-cpu-smoke",
+        "rollout/reward_mean",
+        1,
+        ([0.42, 0.44, 0.43, 0.41, 0.44, 0.42], [0.40, 0.42, 0.45, 0.47, 0.50, 0.52]),
+        id="tictactoe-sampled-reward",
+    ),
+    pytest.param(
+        "areno_envs",
+        "rg-cpu",
+        "rg-cpu/basic_arithmetic-learn",
+        "eval/accuracy",
+        50,
+        ([0.34, 0.36, 0.33, 0.37], [0.34, 0.40, 0.50, 0.52]),
+        id="reasoning-gym-held-out-accuracy",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("package", "pack", "name", "metric", "every", "histories"), LEARNING_GATES
+)
+def test_learning_gate_fails_when_its_metric_does_not_rise(
+    registry, tmp_path, package, pack, name, metric, every, histories
+):
+    pytest.importorskip(package)
     from areno_core.gates import check_run
 
-    recipes = {r.name: r for r in smoke_recipes(registry, "agentic")}
-    learning = recipes["agentic/tictactoe-cpu-smoke"]
-    (rises,) = [g for g in learning.gates if g.kind == "rises"]
-    assert rises.metric == "rollout/reward_mean" and rises.threshold > 0
-    flat = _history(tmp_path / "flat", [0.42, 0.44, 0.43, 0.41, 0.44, 0.42])
-    rising = _history(tmp_path / "rising", [0.40, 0.42, 0.45, 0.47, 0.50, 0.52])
+    learning = {r.name: r for r in smoke_recipes(registry, pack)}[name]
+    (rises,) = [g for g in learning.gates if g.kind == "rises" and g.metric == metric]
+    assert rises.threshold > 0
+    if metric == "eval/accuracy":
+        options = learning.options_for(learning.algorithms[0])
+        assert (options["eval_interval"], options["max_steps"]) == (every, every * 3)
+    flat, rising = (
+        _history(tmp_path / kind, metric, values, every)
+        for kind, values in zip(("flat", "rising"), histories, strict=True)
+    )
     assert not check_run([rises], flat).passed
     assert check_run([rises], rising).passed
-
-
-def test_reasoning_gym_learning_gate_fails_when_held_out_accuracy_does_not_rise(registry, tmp_path):
-    pytest.importorskip("areno_envs")
-    from areno_core.gates import check_run
-
-    recipes = {r.name: r for r in smoke_recipes(registry, "rg-cpu")}
-    learning = recipes["rg-cpu/basic_arithmetic-learn"]
-    (held_out,) = [g for g in learning.gates if g.metric == "eval/accuracy"]
-    assert held_out.kind == "rises" and held_out.threshold > 0
-    # Evaluated at steps 0, 50, 100 and 150: the gate compares step 150 with step 0.
-    options = learning.options_for("gspo")
-    assert (options["eval_interval"], options["max_steps"]) == (50, 150)
-    flat, rising = tmp_path / "flat" / "tensorboard", tmp_path / "rising" / "tensorboard"
-    for run, accuracies in ((flat, [0.34, 0.36, 0.33, 0.37]), (rising, [0.34, 0.40, 0.50, 0.52])):
-        run.mkdir(parents=True)
-        rows = [{"step": 50 * i, "eval/accuracy": a} for i, a in enumerate(accuracies)]
-        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert not check_run([held_out], flat.parent).passed
-    assert check_run([held_out], rising.parent).passed

@@ -227,35 +227,31 @@ ADD_TRAIN = f"{RESOURCE}/data/basic_arithmetic_train.jsonl"
 ADD_EVAL = f"{RESOURCE}/data/basic_arithmetic_eval.jsonl"  # 609 rows, none a training question
 ADD_WARMSTART = f"{RESOURCE}/checkpoints/basic-arithmetic-sft"
 
+# The tiny model of chain_sum with basic_arithmetic's shorter prompts.
+_ADD_COMMON = recipe_kit.arithmetic_common(max_prompt_tokens=32)
+
 ADD_SFT = Recipe(
     name="rg-cpu/basic_arithmetic-sft",
     summary="The SFT run that made rg-cpu/basic_arithmetic's shipped warm start (CPU).",
     algorithms=("sft",),
     dataset=ADD_TRAIN,
-    checkpoint=CHAIN_MODEL,
+    checkpoint=recipe_kit.TINY_QWEN3,
     loader="rg_sft",
     defaults={
-        **_CHAIN_COMMON,
-        "max_prompt_tokens": 32,
-        "batch_size": 64,
-        "mini_bs": 64,
-        "max_new_tokens": 8,
-        "lr": 3.0e-3,
-        "min_lr": 3.0e-4,
+        **_ADD_COMMON,
+        **recipe_kit.arithmetic_sft(max_steps=700, save_interval=700),
         # Stops at 700 of a 1400-step schedule: held-out accuracy is then 0.34 and still
         # climbing (the same schedule run on reaches 0.92 by step 1100), which leaves RL room.
         "lr_decay_steps": 1400,
-        "max_steps": 700,
-        "save_interval": 700,
     },
-    hardware=HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="measured on 2 CPU cores"),
+    hardware=recipe_kit.cpu_floor("measured on 2 CPU cores"),
     expected_metrics={
         "train/loss": "5.72 at step 1, 1.40 mean over the first third, 0.58 over steps 650-700",
         "time/step": "0.28 s per step at one torch thread on 2 shared CPU cores (3 min 15 s)",
     },
     gates=(
-        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
-        Gate("falls", "train/loss", threshold=0.4, description="measured: 1.40 -> 0.73"),
+        recipe_kit.FINITE_LOSS,
+        recipe_kit.loss_falls(0.4, "1.40 -> 0.73"),
         Gate(
             "at_most",
             "train/loss",
@@ -263,7 +259,7 @@ ADD_SFT = Recipe(
             after_step=650,
             description="measured 0.58 over steps 650-700",
         ),
-        Gate("checkpoint_loadable", after_step=700, description="step_700 is the warm start"),
+        recipe_kit.warm_start_loads(700),
     ),
     description=(
         "`scripts/make_basic_arithmetic_warmstart.sh` runs this recipe at one torch thread and "
@@ -273,15 +269,12 @@ ADD_SFT = Recipe(
     ),
 )
 
-# As chain_sum's RL options (math/arith's), with basic_arithmetic's shorter prompts and answers.
-# Greedy accuracy on the 609 held-out problems at steps 0, 100, ..., 500; about 1 s each.
-_ADD_RL: dict[str, Any] = {
-    **_CHAIN_RL,
+# math/arith's RL options with basic_arithmetic's shorter prompts and answers. Greedy accuracy
+# on the 609 held-out problems at steps 0, 100, ..., 500; about 1 s each.
+_ADD_RL = {
+    **recipe_kit.arithmetic_rl(max_steps=500, eval_dataset_path=ADD_EVAL, eval_interval=100),
     "max_prompt_tokens": 32,
     "max_new_tokens": 5,  # at most 3 digits, then EOS
-    "max_steps": 500,
-    "eval_dataset_path": ADD_EVAL,
-    "eval_interval": 100,
 }
 
 ADD = Recipe(
@@ -292,16 +285,9 @@ ADD = Recipe(
     checkpoint=ADD_WARMSTART,
     loader="rg/basic_arithmetic",
     reward="rg",
-    defaults=_CHAIN_COMMON,
-    algorithm_defaults={
-        "gspo": {**_ADD_RL, "gspo_clip_eps": 0.05, "gspo_clip_eps_high": 0.05},
-        "grpo": {**_ADD_RL, "grpo_clip_eps": 0.2},
-    },
-    hardware=HardwareFloor(
-        device="cpu",
-        min_cpu_memory_gb=2,
-        note="measured on 2 CPU cores; no GPU needed",
-    ),
+    defaults=_ADD_COMMON,
+    algorithm_defaults=recipe_kit.arithmetic_rl_by_algorithm(_ADD_RL),
+    hardware=recipe_kit.cpu_floor("measured on 2 CPU cores; no GPU needed"),
     expected_metrics={
         "eval/accuracy": (
             "greedy, the 609 held-out problems: 0.342 at step 0 (the warm start), 0.502 (gspo) "
@@ -316,14 +302,8 @@ ADD = Recipe(
         "time/step": "0.83 s per step at one torch thread on 2 shared CPU cores (7 min in all)",
     },
     gates=(
-        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
-        Gate(
-            "at_most",
-            "rollout/reward_errors",
-            threshold=0.0,
-            after_step=1,
-            description="reasoning-gym's scorer never fails",
-        ),
+        recipe_kit.FINITE_LOSS,
+        SCORER_NEVER_FAILS,
         Gate(
             "rises",
             "rollout/reward_mean",
@@ -361,15 +341,14 @@ ADD_LEARN = Recipe(
     loader="rg/basic_arithmetic",
     reward="rg",
     defaults={
-        **_CHAIN_COMMON,
+        **_ADD_COMMON,
         **_ADD_RL,
-        "gspo_clip_eps": 0.05,
-        "gspo_clip_eps_high": 0.05,
+        **recipe_kit.ARITHMETIC_GSPO_CLIP,
         "max_steps": 150,
         "save_interval": 150,
         "eval_interval": 50,
     },
-    hardware=HardwareFloor(device="cpu", min_cpu_memory_gb=2, note="measured on 2 CPU cores"),
+    hardware=recipe_kit.cpu_floor("measured on 2 CPU cores"),
     visibility="internal",
     expected_metrics={
         "eval/accuracy": "0.342, 0.401, 0.502, 0.521 at steps 0, 50, 100, 150 (measured, seed 0)",
@@ -377,14 +356,8 @@ ADD_LEARN = Recipe(
         "time/step": "0.8 s per step at one torch thread; 116 s in the smoke matrix",
     },
     gates=(
-        Gate("finite", "train/loss", description="no NaN or inf in the loss"),
-        Gate(
-            "at_most",
-            "rollout/reward_errors",
-            threshold=0.0,
-            after_step=1,
-            description="reasoning-gym's scorer never fails",
-        ),
+        recipe_kit.FINITE_LOSS,
+        SCORER_NEVER_FAILS,
         Gate(
             "rises",
             "eval/accuracy",
