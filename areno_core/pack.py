@@ -23,7 +23,7 @@ same way (docs/plugin-authors.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -43,6 +43,13 @@ def _named_table(_: Any, attribute: attrs.Attribute, value: Any) -> None:
 
 
 def _item_table(_: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, Iterator):
+        # A generator would be used up by the first registry built in a process.
+        raise TypeError(
+            f"Pack({attribute.name}=...) got a one-shot {type(value).__name__}, which the "
+            "second registry built in a process would find empty; pass a tuple or list, or a "
+            "function returning the specs"
+        )
     if isinstance(value, str | bytes | Mapping) or not (
         isinstance(value, Iterable) or callable(value)
     ):

@@ -76,6 +76,7 @@ def test_every_table_has_its_hook_and_an_empty_table_registers_nothing(monkeypat
         ("recipes", "math/arith", r"Pack\(recipes=\.\.\.\) expects a sequence of specs"),
         ("algorithms", {"grpo": None}, r"Pack\(algorithms=\.\.\.\) expects a sequence .* got dict"),
         ("evaluators", 3, r"expects a sequence of specs .* got int: 3"),
+        ("recipes", (r for r in ()), r"Pack\(recipes=\.\.\.\) got a one-shot generator"),
     ],
 )
 def test_a_table_of_the_wrong_kind_is_refused_naming_the_field(field, value, message):
