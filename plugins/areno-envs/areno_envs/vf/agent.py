@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from openai import AsyncOpenAI
-
 from areno_envs.vf.library import taskset_class, taskset_config
 from areno_envs.vf.loader import ROW_KEY
 from areno_envs.vf.reward import task_of
@@ -40,6 +38,8 @@ async def play(ctx: Any, item: Any) -> None:
             f"'none' or one of the task's tools: {', '.join(names) or 'none'}"
         )
     messages = [dict(m) for m in item.messages]
+    from openai import AsyncOpenAI  # 1-2 s to import: only when a vf agent plays
+
     client = AsyncOpenAI(base_url=ctx.get_base_url(item), api_key=ctx.api_key, max_retries=0)
     try:
         for turn in range(int(meta["max_turns"])):
