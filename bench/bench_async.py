@@ -102,11 +102,50 @@ def run_side(side: str, budget: float, threads: int, root: Path, max_steps: int 
         "load_after": common.load_average(),
         "accuracy": evaluate(out),
     }
-    for key in ("time/weight_sync", "time/weight_load", "time/rollout_wait", "time/proximal"):
-        values = [r[key] for r in rows[1:] if key in r]
+    for key in (
+        "time/rollout", "time/train", "time/weight_sync", "time/weight_load",
+        "time/rollout_wait", "time/proximal",
+    ):  # fmt: skip
+        values = [r[key] for r in rows[2:] if key in r]
         if values:
             result[key] = common.median(values)
     return result
+
+
+def steady_state_bound(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Where a step's time goes, and the most an asynchronous side could gain in steady state.
+
+    A synchronous step is rollout + train (``time/rollout`` + ``time/train``). An asynchronous
+    step can be no shorter than its trainer's step, whose ``time/train`` includes the proximal
+    pass (``time/proximal``); while the trainer never waits for rollouts
+    (``time/rollout_wait`` about 0) it *is* the step. So, per pair of medians, the gain is at
+    most (sync rollout + sync train) / async train, and would be at most (sync rollout + sync
+    train) / (async train - proximal) were the proximal pass free.
+    """
+    sync = results.get("sync") or []
+    if not sync or "time/train" not in sync[0]:
+        return []
+    rollout = common.median([r["time/rollout"] for r in sync])
+    train = common.median([r["time/train"] for r in sync])
+    lines = [
+        "",
+        f"steady state, median s/step: sync rollout {rollout:.4f} + train {train:.4f} "
+        f"(rollout is {rollout / (rollout + train):.0%} of the step)",
+    ]
+    for side, runs in results.items():
+        if side == "sync" or not runs or "time/train" not in runs[0]:
+            continue
+        async_train = common.median([r["time/train"] for r in runs])
+        proximal = common.median([r.get("time/proximal", 0.0) for r in runs])
+        wait = common.median([r.get("time/rollout_wait", 0.0) for r in runs])
+        bound = (rollout + train) / async_train
+        free = (rollout + train) / max(async_train - proximal, 1e-9)
+        lines.append(
+            f"{side}: trainer step {async_train:.4f} (proximal pass {proximal:.4f}), waited "
+            f"{wait:.4f} for rollouts: at most {bound:.2f}x sync in steady state, "
+            f"{free:.2f}x with a free proximal pass"
+        )
+    return lines
 
 
 def evaluate(run: Path) -> float:
@@ -176,6 +215,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                "held-out accuracy", "load"]  # fmt: skip
     print("\nmedian (min-max) over runs:")
     print(common.table(headers, rows))
+    for line in steady_state_bound(results):
+        print(line)
     payload = {"machine": common.machine_info(args.threads), "args": vars(args), "runs": results}
     common.write_json(args.json, json.loads(json.dumps(payload, default=str)))
     return payload

@@ -232,6 +232,9 @@ def test_async_bench_runs_both_sides_and_reports_accuracy_and_cpu_time(tmp_path)
         (run,) = runs[side]
         assert run["steps"] == 3 and run["samples_per_s"] > 0 and run["cpu_s"] > 0
         assert 0.0 <= run["accuracy"] <= 1.0
+        assert run["time/train"] > 0  # the steady-state split the bound is computed from
+    assert runs["sync"][0]["time/rollout"] > 0
+    assert "at most" in proc.stdout and "with a free proximal pass" in proc.stdout
     assert runs["async"][0]["time/weight_sync"] >= 0  # only the worker side publishes weights
     assert "time/weight_sync" not in runs["sync"][0]
 

@@ -181,12 +181,10 @@ class _Attention:
         rq = heads_first(q[:split], root_valid)
         rk = heads_first(k[:split], root_valid)
         rv = heads_first(v[:split], root_valid)
+        # Roots take no mask, so the kernel reads each key/value head for its query heads
+        # itself (enable_gqa) instead of attending over repeated copies of them.
         out = F.scaled_dot_product_attention(
-            rq,
-            _repeat_kv(rk, self.n_rep),
-            _repeat_kv(rv, self.n_rep),
-            is_causal=True,
-            scale=self.scaling,
+            rq, rk, rv, is_causal=True, scale=self.scaling, enable_gqa=self.n_rep > 1
         )
         parts = [out.transpose(1, 2)[root_valid]]
         if layout.child_valid is not None:
