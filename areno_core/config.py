@@ -207,6 +207,13 @@ class RolloutConfig:
         validator=positive,
         default_text="half of torch's threads",
     )
+    max_inflight_batches: int = option(
+        2,
+        "With --async-rollout and --agent-fn: agentic batches the rollout worker runs at once, "
+        "all with one policy version, so a slow episode of one batch does not hold the next; "
+        "newer weights wait until those in flight finish. 1 runs one batch at a time.",
+        validator=positive,
+    )
     tune_params: bool = option(
         False,
         "Probe memory with a randomly initialised model of the same architecture first, then "

@@ -343,6 +343,7 @@ def build_async_rollout(
         dtype=str(model.dtype).removeprefix("torch."),
         # As the trainer loaded its policy: flash-attn when it runs it, the default otherwise.
         attn_implementation=FLASH if uses_flash(model.policy) else None,
+        max_inflight_batches=cfg.max_inflight_batches if cfg.agent_fn else 1,
     )
     return AsyncRolloutRunner(
         model,

@@ -239,6 +239,33 @@ def test_async_bench_runs_both_sides_and_reports_accuracy_and_cpu_time(tmp_path)
     assert "time/weight_sync" not in runs["sync"][0]
 
 
+def test_agentic_overlap_bench_refuses_bad_arguments_before_any_run() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_agentic_overlap.py"), "--steps", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "--steps must be at least 4 (steady state from step 3 on), got 3" in proc.stderr
+    assert "agentic grpo" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_agentic_overlap_bench_runs_and_reports_overlap(tmp_path) -> None:
+    out = tmp_path / "overlap.json"
+    proc = bench("bench_agentic_overlap.py", "--reps", "1", "--steps", "4", "--threads", "1",
+                 "--sides", "sync,async-2", "--slow-s", "0.5", "--json", str(out),
+                 timeout=600)  # fmt: skip
+    assert "| side | samples/s (run) | samples/s (steady) |" in proc.stdout
+    runs = json.loads(out.read_text())["runs"]
+    for side in ("sync", "async-2"):
+        (run,) = runs[side]
+        assert run["steps"] == 4 and run["steady_samples_per_s"] > 0 and run["cpu_s"] > 0
+    assert runs["async-2"][0]["overlapped_share"] > 0  # batches 1 and 2 started together
+    assert "overlapped_share" not in runs["sync"][0]
+
+
 def test_distributed_child_reports_sharded_state_peak_memory_and_step_time(model_dir) -> None:
     # One process (world1): the torchrun side is covered by tests/train/distributed.
     result = child_result(

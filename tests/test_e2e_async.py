@@ -136,6 +136,27 @@ def test_agentic_rollout_runs_in_the_worker(tmp_path):
 
 
 @pytest.mark.slow
+def test_agentic_batches_in_flight_together_train_as_one_at_a_time(tmp_path, rl_args):
+    # A deterministic agent (a seed per sample); K = 1 lets batches 1 and 2 both leave with
+    # the first policy, so with a bound of 2 the worker rolls them out at once.
+    agent = REPO / "tests" / "fixtures" / "seeded_agent.py"
+    common = [*rl_args, "--max-steps", "3", "--async-rollout", "--max-staleness", "1",
+              "--rollout-threads", "1", "--agent-fn", str(agent)]  # fmt: skip
+    one_thread_run(*common, "--max-inflight-batches", "1", "--metrics-log-dir", str(tmp_path / "a"))
+    one_thread_run(*common, "--max-inflight-batches", "2", "--metrics-log-dir", str(tmp_path / "b"))
+    alone, together = history(tmp_path / "a"), history(tmp_path / "b")
+    assert [r["rollout/inflight_batches"] for r in together][:2] == [1.0, 2.0]
+    assert all("rollout/inflight_batches" not in r for r in alone)
+    # Timing, buffering and the agent's event-loop stalls aside, every step trained alike.
+    skip = ASYNC_ONLY | {"rollout/inflight_batches", "rollout/agent_blocked_s"}
+    for a, b in zip(alone, together, strict=True):
+        assert a["rollout/samples"] == 16.0
+        assert {k: v for k, v in a.items() if not _timing(k) and k not in skip} == {
+            k: v for k, v in b.items() if not _timing(k) and k not in skip
+        }
+
+
+@pytest.mark.slow
 def test_async_run_resumes_where_it_stopped(tmp_path, rl_args):
     run = tmp_path / "run"
     common = [*rl_args, "--async-rollout", "--save-path", str(run), "--save-interval", "2"]

@@ -14,6 +14,7 @@ from areno_core.registry import set_registry
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "observability.md"
 SFT_LOADER = REPO / "examples" / "sft" / "gsm8k_sft_loader.py"
+SEEDED_AGENT = REPO / "tests" / "fixtures" / "seeded_agent.py"
 
 
 def catalog() -> set[str]:
@@ -69,10 +70,12 @@ def emitted(tmp_path_factory) -> set[str]:
     agentic = ["--recipe", "agentic/tictactoe-cpu", "--algo", "grpo", "--max-steps", "1",
                "--batch-size", "2", "--n-samples", "2", "--mini-bs", "4"]  # fmt: skip
     keys |= run_and_collect(agentic, root / "agentic")
-    # Asynchronous rollout: step 2 trains on samples one policy version old.
+    # Asynchronous agentic rollout: the worker rolls out batches 1 and 2 together with the
+    # first policy (rollout/inflight_batches), so step 2 trains on samples one version old.
     asynchronous = ["--algo", "grpo", *base, "--dataset-loader-fn", str(root / "rl.py"),
                     "--reward-fn-path", str(root / "reward.py"), "--max-steps", "2",
-                    "--async-rollout", "--behaviour-weight-cap", "2"]  # fmt: skip
+                    "--async-rollout", "--behaviour-weight-cap", "2",
+                    "--agent-fn", str(SEEDED_AGENT)]  # fmt: skip
     keys |= run_and_collect(asynchronous, root / "async")
     set_registry(None)
     return keys

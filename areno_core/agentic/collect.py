@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -265,11 +266,15 @@ def collect_agentic_groups(
     generator: torch.Generator | None = None,
     max_concurrency: int | None = None,
     model: Any = None,
+    engine_lock: threading.Lock | None = None,
 ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
     """Run ``agent_fn`` on ``items`` x ``n_samples`` and return trajectory groups and metrics.
 
     ``model`` scores tool-result tokens for ``train_tool_results`` (default: ``engine.model``).
+    ``engine_lock``, when given, is held around every use of the engine and of ``model``:
+    calls that run at once (batches in flight together) pass the same lock.
     """
+    engine_lock = engine_lock if engine_lock is not None else threading.Lock()
     _refuse_if_agents_pile_up()
     started = time.perf_counter()
     run = _run_agent(
@@ -282,6 +287,7 @@ def collect_agentic_groups(
             disable_thinking=disable_thinking,
             timeout_s=timeout_s,
             generator=generator,
+            engine_lock=engine_lock,
         ),
         n_samples=n_samples,
         timeout_s=timeout_s,
@@ -301,9 +307,9 @@ def collect_agentic_groups(
     )
     _report_failures(run, samples, built, counts, problems, first_error)
     if train_tool_results:
-        _score_tool_tokens(
-            built, model if model is not None else getattr(engine, "model", None), sampling
-        )
+        scoring = model if model is not None else getattr(engine, "model", None)
+        with engine_lock:
+            _score_tool_tokens(built, scoring, sampling)
     reward_errors = _reward(built, scorer, tokenizer, items, run.records)
     rewarded = time.perf_counter()
     groups = _groups(items, built)

@@ -196,6 +196,7 @@ async def run_isolated(
 
 
 _left_running: list[threading.Thread] = []
+_left_running_lock = threading.Lock()  # batches in flight at once may add and count together
 
 
 def still_blocked(threads: Iterable[threading.Thread], grace_s: float) -> int:
@@ -208,14 +209,16 @@ def still_blocked(threads: Iterable[threading.Thread], grace_s: float) -> int:
         thread.join(max(0.0, deadline - time.monotonic()))
         if thread.is_alive():
             alive.append(thread)
-    _left_running.extend(alive)
+    with _left_running_lock:
+        _left_running.extend(alive)
     return len(alive)
 
 
 def blocked_samples_left() -> int:
     """Threads of blocked samples, left behind by earlier steps, that still run."""
-    _left_running[:] = [t for t in _left_running if t.is_alive()]
-    return len(_left_running)
+    with _left_running_lock:
+        _left_running[:] = [t for t in _left_running if t.is_alive()]
+        return len(_left_running)
 
 
 __all__ = [

@@ -39,12 +39,14 @@ BLOCK_THRESHOLD_S = 0.2
 HEARTBEAT_S = 0.05
 
 _abandoned: list[threading.Thread] = []
+_abandoned_lock = threading.Lock()  # batches in flight at once may abandon and count together
 
 
 def abandoned_agents() -> int:
     """Agent threads abandoned at their deadline that are still running."""
-    _abandoned[:] = [t for t in _abandoned if t.is_alive()]
-    return len(_abandoned)
+    with _abandoned_lock:
+        _abandoned[:] = [t for t in _abandoned if t.is_alive()]
+        return len(_abandoned)
 
 
 @attrs.define
@@ -147,7 +149,8 @@ def run_agent_fn(
                 loop.call_soon_threadsafe(task.cancel)
         if not done.wait(grace_s):
             outcome.abandoned = True
-            _abandoned.append(thread)
+            with _abandoned_lock:
+                _abandoned.append(thread)
             if stuck > BLOCK_THRESHOLD_S:
                 with state.lock:
                     outcome.blocked_s += stuck

@@ -196,6 +196,7 @@ class AgentServer:
         head_timeout_s: float = HEAD_TIMEOUT_S,
         max_open_connections: int = MAX_OPEN_CONNECTIONS,
         port: int = 0,
+        engine_lock: threading.Lock | None = None,
     ) -> None:
         if timeout_s <= 0 or body_timeout_s <= 0 or head_timeout_s <= 0:
             raise ValueError(
@@ -208,6 +209,9 @@ class AgentServer:
                 f"max_open_connections={max_open_connections}"
             )
         self.engine = engine
+        # Held around every use of the engine: endpoints of batches in flight at once (the
+        # asynchronous worker's --max-inflight-batches) share it, and take turns.
+        self.engine_lock = engine_lock if engine_lock is not None else threading.Lock()
         self.tokenizer = tokenizer
         if sampling_defaults.seed is not None:
             if generator is None:
@@ -618,7 +622,10 @@ class AgentServer:
         if self.streams_tokens and any(job.tokens is not None for job in members):
             extra["on_tokens"] = functools.partial(_route_tokens, members)
         try:
-            outputs = self.engine.generate(prompts, seeded(sampling, self.generator), n=n, **extra)
+            with self.engine_lock:
+                outputs = self.engine.generate(
+                    prompts, seeded(sampling, self.generator), n=n, **extra
+                )
         except Exception as exc:
             logger.exception("agent endpoint: engine.generate failed")
             for job in members:
@@ -748,13 +755,14 @@ class AgentServer:
         top: list[list[tuple[int, float]]] = []
         if job.top_logprobs:
             temperature = 1.0 if is_greedy(job.sampling) else job.sampling.temperature
-            top = top_logprobs(
-                self.engine.model,
-                list(choice.prompt_token_ids),
-                list(choice.token_ids),
-                job.top_logprobs,
-                temperature,
-            )
+            with self.engine_lock:
+                top = top_logprobs(
+                    self.engine.model,
+                    list(choice.prompt_token_ids),
+                    list(choice.token_ids),
+                    job.top_logprobs,
+                    temperature,
+                )
         content = [
             self._logprob_entry(token, value, top[k] if top else ())
             for k, (token, value) in enumerate(zip(choice.token_ids, choice.logprobs, strict=True))

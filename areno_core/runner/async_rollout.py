@@ -76,7 +76,10 @@ class RolloutWorkerError(ArenoError):
 def check_async_options(cfg: RunConfig, spec: AlgorithmSpec, explicit: set[str]) -> None:
     """Cheap checks of ``--async-rollout`` and its options (before anything is loaded)."""
     if not cfg.async_rollout:
-        given = sorted(explicit & {"max_staleness", "rollout_threads", "proximal_logprobs"})
+        given = sorted(
+            explicit
+            & {"max_staleness", "rollout_threads", "proximal_logprobs", "max_inflight_batches"}
+        )
         if given:
             raise ConfigError(
                 ", ".join("--" + name.replace("_", "-") for name in given)
@@ -93,6 +96,11 @@ def check_async_options(cfg: RunConfig, spec: AlgorithmSpec, explicit: set[str])
             f"--async-rollout runs one training process beside its rollout worker; "
             f"--world-size {cfg.world_size} is not supported with it yet (use --world-size 1, "
             "or synchronous rollout with several processes)"
+        )
+    if "max_inflight_batches" in explicit and cfg.agent_fn is None:
+        raise ConfigError(
+            f"--max-inflight-batches {cfg.max_inflight_batches} overlaps agentic batches in the "
+            "rollout worker; it needs --agent-fn (other batches are rolled out one at a time)"
         )
     if cfg.max_staleness > 0 and not spec.decoupled:
         raise ConfigError(

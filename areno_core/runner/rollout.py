@@ -17,11 +17,13 @@ the groups of all processes are gathered, in prompt order, on every process.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
+import torch
 
 from areno_core.accel.memory import MIB, move_optimizer_state
 from areno_core.agentic.collect import collect_agentic_groups
@@ -87,6 +89,15 @@ class RolloutRunner:
         # it), else the engine's own attribute of that name, else the merged weights.
         self.lora_weights = lora_weights or getattr(engine, "lora_weights", "merged")
         self._synced: int | None = None
+        # Batches rolled out at once (the asynchronous worker's --max-inflight-batches) share
+        # one engine session, and take turns on the engine (see ``__call__``).
+        self._sync_lock = threading.Lock()
+        self._session_lock = threading.Lock()
+        self._session: RolloutSession | None = None
+        self._session_users = 0
+        self.engine_lock = threading.Lock()
+        """Held around every ``engine.generate`` of an agentic batch: batches in flight at
+        once each run an agent endpoint whose scheduler thread calls the engine."""
         self.weight_restores = 0
         """How often the engine had to be given the same version again after a release."""
 
@@ -98,43 +109,57 @@ class RolloutRunner:
         LoRA policy goes as the engine's spec asks (``lora_weights``: the module, the merged
         weights or the adapter; see :class:`~areno_core.contracts.engine.EngineSpec`)."""
 
-        version = self.model.optimizer_steps
-        if self._synced == version and holds_weights(self.engine):
-            return
-        if self._synced == version:
-            logger.debug("rollout engine dropped the weights of version %d: pushing again", version)
-            self.weight_restores += 1
-        if weights is None:
-            weights = self.placement.weights()  # the full policy (gathered when sharded)
-        if getattr(self.model, "adapter", None) is not None:  # LoRA: as the engine asks
-            weights = weights_for_engine(self.model, self.lora_weights, weights)
-        self.engine.sync_weights(weights, version=version)
-        self._synced = version
+        with self._sync_lock:  # batches in flight at once may start together
+            version = self.model.optimizer_steps
+            if self._synced == version and holds_weights(self.engine):
+                return
+            if self._synced == version:
+                logger.debug(
+                    "rollout engine dropped the weights of version %d: pushing again", version
+                )
+                self.weight_restores += 1
+            if weights is None:
+                weights = self.placement.weights()  # the full policy (gathered when sharded)
+            if getattr(self.model, "adapter", None) is not None:  # LoRA: as the engine asks
+                weights = weights_for_engine(self.model, self.lora_weights, weights)
+            self.engine.sync_weights(weights, version=version)
+            self._synced = version
 
     def __call__(
-        self, rows: Sequence[dict[str, Any]], step: int
+        self,
+        rows: Sequence[dict[str, Any]],
+        step: int,
+        *,
+        sampling: SamplingParams | None = None,
+        generator: torch.Generator | None = None,
     ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
-        """The groups of one step (``n_samples`` scored samples per row) and their metrics."""
+        """The groups of one step (``n_samples`` scored samples per row) and their metrics.
+
+        ``sampling`` and ``generator`` default to the runner's ``sampling`` and the model's
+        ``rollout_generator``; the asynchronous worker passes each batch's own, so batches in
+        flight at once share no per-batch state. Overlapping calls (agentic batches only)
+        share one engine session: the first opens it, the last closes it.
+        """
+        sampling = self.sampling if sampling is None else sampling
+        generator = self.model.rollout_generator if generator is None else generator
         items = [prompt_item(step * self.batch_size + i, row) for i, row in enumerate(rows)]
         start, stop = self.placement.share(len(items))
         self.sync_weights()  # a no-op unless an evaluation's release dropped the weights
-        with self._optimizer_offloaded(), RolloutSession(self.engine, drop_state=self.drop_state):
+        with self._optimizer_offloaded(), self._shared_session():
             if self.agent is not None:
-                groups, metrics = self._agentic(items[start:stop])
+                groups, metrics = self._agentic(items[start:stop], sampling, generator)
             else:
                 groups, metrics = collect_groups(
                     items[start:stop],
                     engine=self.engine,
                     tokenizer=self.model.tokenizer,
-                    sampling=attrs.evolve(self.sampling, prompt_offset=start),
+                    sampling=attrs.evolve(sampling, prompt_offset=start),
                     n_samples=self.n_samples,
                     scorer=self.scorer,
                     disable_thinking=self.disable_thinking,
-                    generator=self.model.rollout_generator,
+                    generator=generator,
                 )
-        groups, metrics = self.placement.gather_groups(
-            groups, metrics, self.model.rollout_generator
-        )
+        groups, metrics = self.placement.gather_groups(groups, metrics, generator)
         # What this process's engine keeps until the next step (after the gather: per process).
         kept = getattr(self.engine, "state_bytes", None)
         if isinstance(kept, int):
@@ -147,6 +172,27 @@ class RolloutRunner:
         if self.drop_uniform_groups:
             groups = [g for g in groups if len(set(g.rewards)) > 1]
         return groups, metrics
+
+    @contextlib.contextmanager
+    def _shared_session(self) -> Iterator[None]:
+        """One :class:`RolloutSession` around every call in progress: opened by the first,
+        closed (with ``drop_state``) by the last, so one batch never ends the session, nor
+        drops the engine's buffers, under another that still samples."""
+        with self._session_lock:
+            if self._session_users == 0:
+                session = RolloutSession(self.engine, drop_state=self.drop_state)
+                session.__enter__()
+                self._session = session
+            self._session_users += 1
+        try:
+            yield
+        finally:
+            with self._session_lock:
+                self._session_users -= 1
+                if self._session_users == 0:
+                    session, self._session = self._session, None
+                    assert session is not None
+                    session.__exit__(None, None, None)
 
     @contextlib.contextmanager
     def _optimizer_offloaded(self) -> Iterator[None]:
@@ -164,7 +210,9 @@ class RolloutRunner:
             if moved:
                 move_optimizer_state(optimizers, device)
 
-    def _agentic(self, items: list[Any]) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+    def _agentic(
+        self, items: list[Any], sampling: SamplingParams, generator: torch.Generator
+    ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
 
         agent = self.agent
         assert agent is not None
@@ -173,12 +221,13 @@ class RolloutRunner:
             **attrs.asdict(agent, recurse=False),  # the agent and its options, by name
             engine=self.engine,
             tokenizer=self.model.tokenizer,
-            sampling=self.sampling,
+            sampling=sampling,
             n_samples=self.n_samples,
             scorer=self.scorer,
             disable_thinking=self.disable_thinking,
-            generator=self.model.rollout_generator,
+            generator=generator,
             model=self.placement.policy,
+            engine_lock=self.engine_lock,
         )
         # Every turn of this step was served by the engine at its current version.
         version = self.engine.policy_version

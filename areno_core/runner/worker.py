@@ -17,6 +17,14 @@ among them (older ones are skipped), so a batch is always sampled by the freshes
 worker holds. A batch in flight is finished with the weights it started with: every completion
 of a batch, and so every sample of a group, carries one ``policy_version``.
 
+Each batch runs on a thread of its own. Agentic runs may keep several in flight
+(``--max-inflight-batches``, :attr:`WorkerSpec.max_inflight_batches`): a waiting batch starts
+beside those in flight while no newer weights have arrived; newer weights stop new starts until
+the batches in flight have finished, and are loaded then. Each batch goes back as soon as it is
+done, in whatever order they finish (the trainer's buffer is keyed by step). Each batch gets
+its own sampling settings and agent generator; the runner's engine is shared, with one session
+and one lock around its use (:class:`~areno_core.runner.rollout.RolloutRunner`).
+
 The worker ignores Ctrl-C (the trainer stops it) and exits when the trainer's end of either pipe
 closes.
 """
@@ -139,6 +147,8 @@ class WorkerSpec:
     """The trainer's policy dtype by name (``"float32"``, ``"bfloat16"``...), so the worker
     samples with the weights the trainer publishes, in their own type."""
     attn_implementation: str | None = None
+    max_inflight_batches: int = 1
+    """Agentic batches rolled out at once (``--max-inflight-batches``; 1 for other runs)."""
 
 
 def build_runner(spec: WorkerSpec) -> Any:
@@ -212,6 +222,12 @@ class Mailbox:
             if message is _CLOSED:
                 return
 
+    def post(self, message: Any) -> None:
+        """Add ``message`` from this process (a finished batch), waking a blocked ``take``."""
+        with self._ready:
+            self._messages.append(message)
+            self._ready.notify_all()
+
     def take(self, *, block: bool) -> list[Any]:
         """Every message received so far; with ``block``, wait for at least one."""
         with self._ready:
@@ -239,42 +255,108 @@ class PublishedWeights:
         return self.policy if self._kept is None else self._kept.packed.state_dict()
 
 
-def serve(runner: Any, mailbox: Mailbox, outbox: Connection) -> None:
-    """Answer rollout requests until Stop or until the trainer goes away."""
+@attrs.frozen
+class _Finished:
+    """A batch thread's result, posted to the worker's own mailbox."""
+
+    step: int
+    groups: list[TrajectoryGroup] | None = None
+    metrics: dict[str, float] | None = None
+    error: BaseException | None = None
+
+
+class _InFlight:
+    """The batches being rolled out now, each on a thread of its own; a finished one posts
+    :class:`_Finished` to the mailbox, so the serving loop wakes on it as on a message."""
+
+    def __init__(self, runner: Any, mailbox: Mailbox, *, report: bool) -> None:
+        self.runner = runner
+        self.mailbox = mailbox
+        self.report = report  # add rollout/inflight_batches (only where batches may overlap)
+        self.steps: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def start(self, request: Rollout) -> None:
+        self.steps.add(request.step)
+        started_with = len(self.steps)
+        # Each batch gets its own sampling and agent generator: nothing per batch is shared.
+        generator = None
+        if request.agent_seed is not None:
+            generator = torch.Generator().manual_seed(request.agent_seed)
+
+        def run() -> None:
+            try:
+                groups, metrics = self.runner(
+                    request.rows, request.step, sampling=request.sampling, generator=generator
+                )
+            except BaseException as exc:  # handed to the serving loop, which raises it
+                self.mailbox.post(_Finished(request.step, error=exc))
+                return
+            if self.report:
+                metrics["rollout/inflight_batches"] = float(started_with)
+            self.mailbox.post(_Finished(request.step, groups, metrics))
+
+        name = f"areno-rollout-step-{request.step}"
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    def finish(self, step: int) -> None:
+        self.steps.discard(step)
+
+
+def serve(runner: Any, mailbox: Mailbox, outbox: Connection, *, max_inflight: int = 1) -> None:
+    """Answer rollout requests until Stop or until the trainer goes away.
+
+    Up to ``max_inflight`` batches are rolled out at once, all with one weights version: when
+    newer weights arrive, no further batch starts until those in flight have finished; then
+    the newest weights are loaded and the pending batches start with them. Each batch goes
+    to the trainer as soon as it is done, in whatever order they finish.
+    """
+    if max_inflight < 1:
+        raise ValueError(f"max_inflight must be at least 1, got {max_inflight}")
     pending: collections.deque[Rollout] = collections.deque()
+    inflight = _InFlight(runner, mailbox, report=max_inflight > 1)
     published = runner.placement.weights
     have_weights = False
-    load_s = 0.0
+    newest: Weights | None = None  # arrived, not loaded yet: waits for the batches in flight
+    waiting_since = 0.0
+    load_s = drain_s = 0.0
     while True:
-        newest: Weights | None = None
-        for message in mailbox.take(block=not pending):
+        can_start = bool(pending) and newest is None and len(inflight) < max_inflight
+        must_load = newest is not None and not inflight
+        for message in mailbox.take(block=not (can_start or must_load)):
             if message is _CLOSED or isinstance(message, Stop):
                 return
             if isinstance(message, Weights):
+                if newest is None:
+                    waiting_since = time.perf_counter()
                 newest = message
+            elif isinstance(message, _Finished):
+                inflight.finish(message.step)
+                if message.error is not None:
+                    raise message.error
+                assert message.metrics is not None and message.groups is not None
+                message.metrics["time/weight_load"] = load_s
+                message.metrics["time/weight_drain"] = drain_s
+                load_s = drain_s = 0.0
+                outbox.send(Batch(message.step, message.groups, message.metrics))
             else:
                 pending.append(message)
-        if newest is not None:
+        if newest is not None and not inflight:
             started = time.perf_counter()
+            drain_s += started - waiting_since
             if isinstance(published, PublishedWeights):
                 published.receive(newest, keep=drops_weights(runner.engine))
             runner.model.optimizer_steps = newest.version
             runner.sync_weights(newest.packed.state_dict())
             have_weights = True
+            newest = None
             load_s += time.perf_counter() - started
-            del newest
-        if not pending:
-            continue
-        if not have_weights:
-            raise RuntimeError("a rollout request arrived before any weights")
-        request = pending.popleft()
-        runner.sampling = request.sampling
-        if request.agent_seed is not None:
-            runner.model.rollout_generator = torch.Generator().manual_seed(request.agent_seed)
-        groups, metrics = runner(request.rows, request.step)
-        metrics["time/weight_load"] = load_s
-        load_s = 0.0
-        outbox.send(Batch(request.step, groups, metrics))
+        while pending and newest is None and len(inflight) < max_inflight:
+            if not have_weights:
+                raise RuntimeError("a rollout request arrived before any weights")
+            inflight.start(pending.popleft())
 
 
 def worker_main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None:
@@ -292,7 +374,7 @@ def worker_main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None
     try:
         runner = build_runner(spec)
         outbox.send(Ready(os.getpid()))
-        serve(runner, Mailbox(inbox), outbox)
+        serve(runner, Mailbox(inbox), outbox, max_inflight=spec.max_inflight_batches)
     except BaseException as exc:  # report anything, then exit non-zero
         failure = Failed(
             type(exc).__name__,

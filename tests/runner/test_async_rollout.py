@@ -4,6 +4,8 @@ filter, and the look-ahead that keeps data and seeds as a synchronous run has th
 from __future__ import annotations
 
 import copy
+import threading
+from multiprocessing import Pipe
 from types import SimpleNamespace
 
 import attrs
@@ -119,6 +121,17 @@ def test_async_options_without_async_rollout_are_refused():
         _check({"rollout_threads": 1, "proximal_logprobs": "interpolate"})
 
 
+def test_max_inflight_batches_needs_async_rollout_and_an_agent():
+    with pytest.raises(ConfigError, match="--max-inflight-batches applies to asynchronous"):
+        _check({"max_inflight_batches": 3})
+    with pytest.raises(ConfigError, match="--max-inflight-batches 3 overlaps agentic batches"):
+        _check({"async_rollout": True, "max_inflight_batches": 3})
+    _check({"async_rollout": True, "max_inflight_batches": 3, "agent_fn": "agent.py"})
+    _check({"async_rollout": True})  # the default applies to agentic runs only: no error
+    with pytest.raises(ConfigError, match="--max-inflight-batches must be positive, got 0"):
+        _check({"async_rollout": True, "max_inflight_batches": 0, "agent_fn": "agent.py"})
+
+
 def test_async_rollout_with_an_offline_algorithm_is_refused():
     with pytest.raises(ConfigError, match="--algo sft trains on dataset rows and has no rollout"):
         _check({"async_rollout": True}, algo="sft")
@@ -138,3 +151,19 @@ def test_async_rollout_with_several_training_processes_is_refused():
     with pytest.raises(ConfigError, match="--world-size 2 is not supported with it yet"):
         _check({"async_rollout": True, "world_size": 2})
     _check({"async_rollout": True, "world_size": 1})  # one process: accepted
+
+
+def test_batches_arriving_out_of_step_order_wait_in_the_buffer_for_their_step():
+    run = runner()
+    run._from_worker, worker_end = Pipe(duplex=False)
+    run._process = SimpleNamespace(is_alive=lambda: True, pid=1)
+    run._reader = threading.Thread(target=run._read, daemon=True)
+    run._reader.start()
+    worker_end.send(Batch(1, [group(1, 0)], {}))  # a straggler held batch 0 back
+    worker_end.send(Batch(0, [group(0, 0)], {}))
+    assert run._wait(0).step == 0
+    assert list(run._buffer) == [1]
+    assert run._wait(1).groups[0].item.index == 1
+    worker_end.close()
+    run._reader.join(timeout=5)
+    run._from_worker.close()

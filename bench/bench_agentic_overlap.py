@@ -1,0 +1,186 @@
+"""Agentic batches in flight together (``--max-inflight-batches``) against one at a time, on an
+agent whose episodes take uneven time.
+
+    python bench/bench_agentic_overlap.py                    # 3 runs per side, 14 steps each
+    python bench/bench_agentic_overlap.py --reps 5 --slow-s 2 --json runs/bench/overlap.json
+
+Each run is ``areno train --algo grpo`` on ``random:qwen3-tiny`` with the agent of
+tests/fixtures/seeded_agent.py: one chat request per sample, where every ``--slow-every``-th
+sample first waits ``--slow-s`` seconds in a pretend tool call (``asyncio.sleep``, no CPU), so
+each batch has a straggler. Sides (runs alternate A B C, C B A, ...):
+
+* ``sync``: rollout and training alternate in one process;
+* ``async-1``: ``--async-rollout --max-staleness K --max-inflight-batches 1``;
+* ``async-2``: the same with ``--max-inflight-batches 2``.
+
+``K`` is ``--max-staleness`` (default 2): the worker starts a batch beside one in flight only
+while no newer weights have arrived, and with ``K = 1`` the rows of the next step arrive
+together with newer weights, so batches overlap only at the start of the run (see
+docs/async.md).
+
+Reported per run: samples per second over the whole run (launch to exit, startup included)
+and in steady state (the loop's ``time/step`` over every step after the second), CPU seconds
+of the run and its children (trainer and worker) per sample (startup included), and for
+asynchronous runs the share of batches that started while another was in flight
+(``rollout/inflight_batches`` above 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+
+REPO = Path(__file__).resolve().parent.parent
+AGENT = REPO / "tests" / "fixtures" / "seeded_agent.py"
+REWARD = REPO / "tests" / "fixtures" / "digit_share_reward.py"
+GSM8K = REPO / "data" / "gsm8k" / "train.jsonl"
+SIDES = ("sync", "async-1", "async-2")
+BATCH, N_SAMPLES = 4, 4
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def write_inputs(root: Path, rows: int) -> tuple[Path, Path]:
+    data, loader = root / "rows.jsonl", root / "loader.py"
+    with GSM8K.open() as f:
+        data.write_text("".join(next(f) for _ in range(rows)))
+    loader.write_text("def load_row(row):\n    return {'prompt': row['question'][:48]}\n")
+    return data, loader
+
+
+def run_side(side: str, args: argparse.Namespace, root: Path, data: Path, loader: Path) -> dict:
+    out = root / f"{side}-{time.monotonic_ns()}"
+    command = [
+        sys.executable, "-m", "areno_core.cli.main", "train", "--algo", "grpo",
+        "--ckpt", "random:qwen3-tiny", "--dataset-path", str(data),
+        "--dataset-loader-fn", str(loader), "--reward-fn-path", str(REWARD),
+        "--agent-fn", str(AGENT), "--batch-size", str(BATCH), "--n-samples", str(N_SAMPLES),
+        "--mini-bs", str(BATCH * N_SAMPLES), "--max-new-tokens", str(args.max_new_tokens),
+        "--max-steps", str(args.steps), "--no-activation-checkpointing",
+        "--metrics-log-dir", str(out),
+    ]  # fmt: skip
+    if side != "sync":
+        command += ["--async-rollout", "--max-staleness", str(args.max_staleness),
+                    "--max-inflight-batches", side.removeprefix("async-")]  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(args.threads),
+        "PYTHONPATH": common._pythonpath(),
+        "SEEDED_AGENT_SLOW_EVERY": str(args.slow_every),
+        "SEEDED_AGENT_SLOW_S": str(args.slow_s),
+    }
+    load_before = common.load_average()
+    cpu_before = _children_cpu_s()
+    launched = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - launched
+    cpu = _children_cpu_s() - cpu_before
+    if proc.returncode != 0:
+        raise RuntimeError(f"{side} run failed (rc={proc.returncode}):\n{proc.stderr[-3000:]}")
+    rows = [r for r in common.read_jsonl(out / "metrics.jsonl") if r["step"] > 0]
+    samples = sum(r["rollout/samples"] for r in rows)
+    steady = rows[2:]
+    steady_s = sum(r["time/step"] for r in steady)
+    result: dict[str, Any] = {
+        "side": side,
+        "steps": len(rows),
+        "wall_s": wall,
+        "samples_per_s": samples / wall,
+        "steady_samples_per_s": sum(r["rollout/samples"] for r in steady) / steady_s,
+        "cpu_s": cpu,
+        "cpu_s_per_sample": cpu / max(samples, 1),
+        "load_before": load_before,
+        "load_after": common.load_average(),
+    }
+    inflight = [r["rollout/inflight_batches"] for r in rows if "rollout/inflight_batches" in r]
+    if inflight:  # the share of batches that started beside another
+        result["overlapped_share"] = sum(v > 1 for v in inflight) / len(inflight)
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=3, help="runs per side")
+    parser.add_argument("--steps", type=int, default=14, help="train steps per run")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads per run (OMP)")
+    parser.add_argument("--max-staleness", type=int, default=2, help="K of the async sides")
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--slow-every", type=int, default=BATCH * N_SAMPLES,
+                        help="every N-th sample is slow (default: one per batch)")  # fmt: skip
+    parser.add_argument("--slow-s", type=float, default=1.5, help="seconds a slow sample waits")
+    parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated sides")
+    parser.add_argument("--json", type=Path, default=None, help="also write every run here")
+    args = parser.parse_args(argv)
+    sides = args.sides.split(",")
+    unknown = sorted(set(sides) - set(SIDES))
+    if unknown:
+        parser.error(f"unknown side(s) {', '.join(unknown)}; choose from {', '.join(SIDES)}")
+    for name in ("reps", "threads", "slow_every"):
+        value = getattr(args, name)
+        if value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.steps < 4:
+        parser.error(f"--steps must be at least 4 (steady state from step 3 on), got {args.steps}")
+    if args.max_staleness < 0:
+        parser.error(f"--max-staleness must be at least 0, got {args.max_staleness}")
+    print(
+        f"agentic grpo, random:qwen3-tiny, {BATCH}x{N_SAMPLES} samples a step, "
+        f"{args.steps} steps, every {args.slow_every}th sample waits {args.slow_s:g} s, "
+        f"K={args.max_staleness}, {args.threads} threads, sides {sides}"
+    )
+    with tempfile.TemporaryDirectory(prefix="areno-bench-overlap-") as tmp:
+        root = Path(tmp)
+        data, loader = write_inputs(root, BATCH * args.steps)
+        results: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+        for rep in range(args.reps):
+            for side in sides if rep % 2 == 0 else sides[::-1]:
+                result = run_side(side, args, root, data, loader)
+                results[side].append(result)
+                print(
+                    f"  rep {rep + 1}/{args.reps} {side:<8} "
+                    f"samples/s={result['samples_per_s']:.2f} "
+                    f"steady={result['steady_samples_per_s']:.2f} "
+                    f"cpu/sample={result['cpu_s_per_sample']:.3f} "
+                    f"overlapped={result.get('overlapped_share', 0.0):.2f} "
+                    f"load={result['load_before']:.1f}->{result['load_after']:.1f}",
+                    flush=True,
+                )
+    rows = []
+    for side, runs in results.items():
+        rows.append(
+            [
+                side,
+                common.spread([r["samples_per_s"] for r in runs]),
+                common.spread([r["steady_samples_per_s"] for r in runs]),
+                common.spread([r["cpu_s_per_sample"] for r in runs]),
+                common.spread([r.get("overlapped_share", 0.0) for r in runs]),
+                f"{min(r['load_before'] for r in runs):.1f}-"
+                f"{max(r['load_after'] for r in runs):.1f}",
+            ]
+        )
+    headers = ["side", "samples/s (run)", "samples/s (steady)", "CPU s/sample",
+               "batches started beside another", "load"]  # fmt: skip
+    print("\nmedian (min-max) over runs:")
+    print(common.table(headers, rows))
+    payload = {"machine": common.machine_info(args.threads), "args": vars(args), "runs": results}
+    common.write_json(args.json, json.loads(json.dumps(payload, default=str)))
+    return payload
+
+
+if __name__ == "__main__":
+    main()
