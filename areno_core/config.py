@@ -208,10 +208,12 @@ class RolloutConfig:
         default_text="half of torch's threads",
     )
     max_inflight_batches: int = option(
-        2,
+        1,
         "With --async-rollout and --agent-fn: agentic batches the rollout worker runs at once, "
         "all with one policy version, so a slow episode of one batch does not hold the next; "
-        "newer weights wait until those in flight finish. 1 runs one batch at a time.",
+        "newer weights wait until those in flight finish. Above 1, the agent and the reward "
+        "function may run for two steps at once (from two threads); pays in steady state with "
+        "--max-staleness 2 or more.",
         validator=positive,
     )
     tune_params: bool = option(

@@ -74,7 +74,7 @@ def emitted(tmp_path_factory) -> set[str]:
     # first policy (rollout/inflight_batches), so step 2 trains on samples one version old.
     asynchronous = ["--algo", "grpo", *base, "--dataset-loader-fn", str(root / "rl.py"),
                     "--reward-fn-path", str(root / "reward.py"), "--max-steps", "2",
-                    "--async-rollout", "--behaviour-weight-cap", "2",
+                    "--async-rollout", "--behaviour-weight-cap", "2", "--max-inflight-batches", "2",
                     "--agent-fn", str(SEEDED_AGENT)]  # fmt: skip
     keys |= run_and_collect(asynchronous, root / "async")
     set_registry(None)
