@@ -157,13 +157,6 @@ class _Attention:
         self.n_rep = n_rep
         self.scaling = scaling
         self.split = layout.num_root_tokens
-        # Roots of very different lengths are attended one by one: padded to the longest,
-        # most of the kernel's work would be on padding (see _one_by_one).
-        self.root_lengths: list[int] | None = None
-        if layout.child_valid is None:
-            lengths = layout.root_valid.sum(-1).tolist()
-            if _one_by_one(lengths):
-                self.root_lengths = lengths
         self.child_mask: torch.Tensor | None = None
         if layout.child_valid is not None:
             assert layout.child_parent is not None
@@ -181,8 +174,6 @@ class _Attention:
         """``q`` [N, heads, D], ``k``/``v`` [N, kv_heads, D] -> attended values [N, heads*D]."""
         layout, split = self.layout, self.split
         root_valid = layout.root_valid
-        if self.root_lengths is not None:
-            return self._one_by_one(q, k, v, self.root_lengths)
 
         def heads_first(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
             return _padded(x, valid).transpose(1, 2)
@@ -215,41 +206,6 @@ class _Attention:
             parts.append(out.transpose(1, 2)[layout.child_valid])
         attended = torch.cat(parts) if len(parts) > 1 else parts[0]
         return attended.reshape(attended.shape[0], -1)
-
-    def _one_by_one(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: list[int]
-    ) -> torch.Tensor:
-        """Each root attended on its own: its tokens are contiguous in the packed stream, so
-        it is a [1, heads, length, D] view with no padding to scatter into or gather from."""
-        parts = []
-        for x_q, x_k, x_v in zip(q.split(lengths), k.split(lengths), v.split(lengths), strict=True):
-            out = F.scaled_dot_product_attention(
-                x_q.transpose(0, 1)[None],
-                x_k.transpose(0, 1)[None],
-                x_v.transpose(0, 1)[None],
-                is_causal=True,
-                scale=self.scaling,
-                enable_gqa=self.n_rep > 1,
-            )
-            parts.append(out[0].transpose(0, 1))
-        attended = torch.cat(parts)
-        return attended.reshape(attended.shape[0], -1)
-
-
-# Below this many root tokens the padded call is cheap whatever its padding.
-ONE_BY_ONE_MIN_TOKENS = 256
-
-
-def _one_by_one(lengths: list[int]) -> bool:
-    """Whether to attend roots one call each rather than in one padded call: when there are
-    enough tokens for the calls' own cost not to matter, and padding to the longest root
-    would make the causal kernel do over 1.5x the work of the roots themselves (its work
-    grows with the square of the length). Consecutive GSM8K SFT rows padded in eights do
-    2.3-2.7x."""
-    if len(lengths) < 2 or sum(lengths) < ONE_BY_ONE_MIN_TOKENS:
-        return False
-    padded = len(lengths) * max(lengths) ** 2
-    return padded > 1.5 * sum(length * length for length in lengths)
 
 
 def packed_hidden(model: nn.Module, layout: PackedLayout) -> torch.Tensor:

@@ -7,13 +7,7 @@ import torch
 
 from areno_core.models.scratch import build_random_model
 from areno_core.train.forward import packed_outputs, policy_outputs, shared_prefix_plan
-from areno_core.train.packed import (
-    ONE_BY_ONE_MIN_TOKENS,
-    _Attention,
-    _one_by_one,
-    build_layout,
-    packed_unavailable_reason,
-)
+from areno_core.train.packed import build_layout, packed_unavailable_reason
 
 from .test_shared_prefix import grouped_batch
 
@@ -25,14 +19,9 @@ def model():
     return build_random_model("random:qwen3-tiny")
 
 
-# Rows of very different lengths, enough tokens to attend them one by one (see _one_by_one).
-UNEVEN = ((300, 40, 120, 60), (100, 10, 50, 20))
-
-
-def _sft_batch(
-    vocab: int, lengths: tuple[int, ...] = (9, 4, 13, 6), prompts: tuple[int, ...] = (3, 2, 5, 2)
-) -> dict[str, torch.Tensor]:
+def _sft_batch(vocab: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
+    lengths, prompts = (9, 4, 13, 6), (3, 2, 5, 2)
     width = max(lengths)
     ids = torch.zeros(len(lengths), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -89,20 +78,10 @@ def _grads(model, fn, mask) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tens
     return loss.detach(), logprobs.detach(), grads
 
 
-@pytest.mark.parametrize("shape", ["sft", "sft-uneven", "grpo"])
+@pytest.mark.parametrize("shape", ["sft", "grpo"])
 def test_packed_forward_gives_padded_losses_logprobs_and_gradients(model, shape):
     model.train()
-    vocab = model.config.vocab_size
-    batches = {
-        "sft": lambda: _sft_batch(vocab),
-        "sft-uneven": lambda: _sft_batch(vocab, *UNEVEN),
-        "grpo": grouped_batch,
-    }
-    batch = batches[shape]()
-    layout = build_layout(batch) if shape != "grpo" else None
-    if layout is not None:  # which attention path this case covers
-        attention = _Attention(layout, n_rep=2, scaling=1.0)
-        assert (attention.root_lengths is not None) == (shape == "sft-uneven")
+    batch = _sft_batch(model.config.vocab_size) if shape == "sft" else grouped_batch()
     mask = batch["loss_mask"]
     assert packed_unavailable_reason(model) is None
     padded = _grads(model, lambda: policy_outputs(model, batch, share_prefix=False), mask)
@@ -113,15 +92,6 @@ def test_packed_forward_gives_padded_losses_logprobs_and_gradients(model, shape)
     assert bool((packed[1][~scored] == 0).all())
     for a, b in zip(packed[2], padded[2], strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
-
-
-def test_roots_are_attended_one_by_one_only_when_padding_would_dominate():
-    assert _one_by_one([300, 40, 120, 60])  # padded: 360,000 against 109,600
-    assert not _one_by_one([300, 280, 290, 270])  # padded: 1.08x the work of the roots
-    assert not _one_by_one([300])  # nothing to pad
-    assert not _one_by_one([100, 10, 10])  # few tokens: one call is cheap whatever the padding
-    assert ONE_BY_ONE_MIN_TOKENS == 256
-    assert not _one_by_one([200, 55]) and _one_by_one([200, 56])  # at the token floor
 
 
 def test_packed_forward_entropy_matches_padded(model):
