@@ -209,16 +209,25 @@ def test_ceiling_reports_matmul_peak_and_step_fraction(tmp_path) -> None:
     assert update == pytest.approx(expected)
 
 
-def test_ceiling_refuses_a_count_below_one_before_measuring() -> None:
+@pytest.mark.parametrize(
+    ("script", "argument", "error", "first_output"),
+    [
+        ("bench_ceiling.py", ["--probe-repeats", "0"],
+         "--probe-repeats must be at least 1, got 0", "matmul throughput"),
+        ("bench_agentic_overlap.py", ["--steps", "3"],
+         "--steps must be at least 4 (steady state from step 3 on), got 3", "agentic grpo"),
+    ],
+)  # fmt: skip
+def test_bench_refuses_bad_arguments_before_measuring(script, argument, error, first_output):
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "bench_ceiling.py"), "--probe-repeats", "0"],
+        [sys.executable, str(BENCH / script), *argument],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 2
-    assert "--probe-repeats must be at least 1, got 0" in proc.stderr
-    assert "matmul throughput" not in proc.stdout
+    assert error in proc.stderr
+    assert first_output not in proc.stdout
 
 
 @pytest.mark.slow
@@ -237,18 +246,6 @@ def test_async_bench_runs_both_sides_and_reports_accuracy_and_cpu_time(tmp_path)
     assert "at most" in proc.stdout and "with a free proximal pass" in proc.stdout
     assert runs["async"][0]["time/weight_sync"] >= 0  # only the worker side publishes weights
     assert "time/weight_sync" not in runs["sync"][0]
-
-
-def test_agentic_overlap_bench_refuses_bad_arguments_before_any_run() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "bench_agentic_overlap.py"), "--steps", "3"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 2
-    assert "--steps must be at least 4 (steady state from step 3 on), got 3" in proc.stderr
-    assert "agentic grpo" not in proc.stdout
 
 
 @pytest.mark.slow
