@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from areno_core.contracts.backend import BackendSpec, TrainingBackend
 from areno_core.model import TrainableModel
-from areno_core.train.local import LocalBackend, LocalBackendConfig
+from areno_core.train.local import LocalBackend
+from areno_core.train.local_spec import LocalBackendConfig
 from areno_core.types import TrainResult
 
 __all__ = [

@@ -12,9 +12,9 @@ from typing import Any
 
 from areno_core.hookspecs import hookimpl
 from areno_core.metrics.sinks import JSONL_SINK, TENSORBOARD_SINK
-from areno_core.rollout.native import NATIVE_ENGINE
+from areno_core.rollout.native_spec import NATIVE_ENGINE
 from areno_core.train.distributed import DISTRIBUTED_BACKEND
-from areno_core.train.local import LOCAL_BACKEND
+from areno_core.train.local_spec import LOCAL_BACKEND
 
 
 @hookimpl

@@ -33,7 +33,7 @@ from areno_core.models.lora import check_peft_available
 from areno_core.options import OptionTable, Owner
 from areno_core.recipe import Recipe, resolve_resource
 from areno_core.registry import Registry
-from areno_core.runner.async_rollout import check_async_options
+from areno_core.runner.async_options import check_async_options
 from areno_core.train.checkpoint import read_checkpoint_config, resolve_resume
 from areno_core.train.distributed import launched_world_size
 from areno_core.tune.checks import check_tunable

@@ -12,6 +12,11 @@ import sys
 # on an idle machine; users can still set OMP_WAIT_POLICY themselves. It must be set before
 # torch is first imported, which the CLI does lazily.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# transformers' and the hub's per-file progress bars would interleave with areno's own. The
+# variable (read when transformers is first imported) keeps them off without importing it here,
+# so that a command's options are checked before torch and transformers are loaded; processes
+# the run starts (the rollout worker) inherit it.
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import click
 from rich.console import Console
@@ -46,11 +51,6 @@ def cli(verbose: int) -> None:
     # distributed run other than rank 0 reports errors only: rank 0 speaks for the run.
     worker = os.environ.get("RANK", "0") != "0" and "LOCAL_RANK" in os.environ
     logging.getLogger("areno").setLevel(logging.ERROR if worker else min(level, logging.INFO))
-    # transformers' own per-file progress bars would interleave with ours; imported here, after
-    # OMP_WAIT_POLICY is set, because it loads torch.
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
 
 
 def _register_commands() -> None:

@@ -29,7 +29,6 @@ from typing import Any
 
 from areno_core.errors import DatasetError
 from areno_core.log import get_logger
-from areno_core.models.loading import hub_reachable
 
 logger = get_logger(__name__)
 
@@ -110,6 +109,8 @@ def parse_hub_reference(ref: str) -> tuple[str, str | None, str]:
 def _load_hub(ref: str) -> list[dict[str, Any]]:
     name, config, split = parse_hub_reference(ref)
     import datasets  # heavy: only for Hugging Face dataset ids
+
+    from areno_core.models.loading import hub_reachable  # heavy (transformers): as above
 
     logger.info("loading %s (config %s, split %s) with datasets.load_dataset", name, config, split)
     # Without a reachable hub the client would retry for tens of seconds; probe first (a few

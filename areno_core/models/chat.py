@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from areno_core.errors import DatasetError
 from areno_core.log import get_logger, warn_once
 from areno_core.types import PromptItem
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 logger = get_logger(__name__)
 

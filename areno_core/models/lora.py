@@ -35,7 +35,7 @@ from torch import nn
 
 from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger
-from areno_core.models.loading import is_activation_checkpointing
+from areno_core.models.compat import is_activation_checkpointing
 
 logger = get_logger(__name__)
 

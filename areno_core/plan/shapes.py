@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from transformers import AutoConfig
 
 from areno_core.errors import ConfigError
-from areno_core.models.scratch import build_random_config, is_random_ref
 
 
 @attrs.frozen
@@ -237,6 +235,11 @@ def resolve_shape(ref: str) -> ModelShape:
     known = published_shape(ref)
     if known is not None:
         return known
+    # Both load transformers' model classes: only for the shapes that need them, so that
+    # ``areno plan`` and the commands beside it start without them.
+    from transformers import AutoConfig  # heavy: transformers, for a checkpoint's config
+
+    from areno_core.models.scratch import build_random_config, is_random_ref  # heavy, as above
 
     if is_random_ref(ref):
         return shape_from_config(build_random_config(ref), name=ref)

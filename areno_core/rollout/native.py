@@ -60,13 +60,12 @@ from torch import nn
 from transformers.cache_utils import Cache
 
 from areno_core.accel.attention import FLASH, attention_of, choose_attention
-from areno_core.contracts.engine import EngineOptions, EngineSpec
+from areno_core.contracts.engine import EngineOptions
 from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger, warn_once
+from areno_core.models.compat import cache_argument
 from areno_core.models.families import has_sliding_window
 from areno_core.models.lean import LeanDecoder, lean_unavailable_reason
-from areno_core.models.loading import cache_argument
-from areno_core.options import option
 from areno_core.rollout.cuda_graphs import DecodeGraphs
 from areno_core.rollout.generation import Generation, TokenCallback
 from areno_core.rollout.kit import (
@@ -77,11 +76,11 @@ from areno_core.rollout.kit import (
     resolve_eos,
 )
 from areno_core.rollout.kv_cache import KVStore
+from areno_core.rollout.native_config import NativeEngineConfig
 from areno_core.rollout.sampling import (
     draw_seed,
 )
 from areno_core.types import Completion, SamplingParams
-from areno_core.validators import number
 
 logger = get_logger(__name__)
 
@@ -100,34 +99,6 @@ _STAT_KEYS = (
     "graph_decode_steps",
     "graph_captures",
 )
-
-
-@attrs.frozen
-class NativeEngineConfig:
-    """The native engine's own options (``--rollout-engine native``)."""
-
-    prefill_batch_tokens: int = option(
-        16384,
-        "Native engine: most padded prompt tokens per prefill forward pass; larger admissions "
-        "are split into several passes (lower it to bound prefill memory).",
-        validator=number(min=1, integer=True),
-    )
-    lean_forward: bool = option(
-        True,
-        "Native engine: on a CPU, run Qwen3, Qwen2 and Llama models through areno's lean "
-        "forward pass (the same operations as the transformers module with SDPA attention, so "
-        "the same numbers in float32, without its per-call overhead; a bfloat16 model attends "
-        "in float32); off, or for other models and on GPUs, the transformers module runs.",
-        negatable=True,
-    )
-    shared_prompt_cache: bool = option(
-        True,
-        "Native engine: when a prompt is sampled several times (n > 1) and the lean forward "
-        "pass runs, keep its keys/values once per group of samples and let decode steps "
-        "attend to it once per group (exact up to rounding; less memory); off, every sample's "
-        "row holds its own copy of the prompt.",
-        negatable=True,
-    )
 
 
 class NativeEngine:
@@ -446,16 +417,6 @@ def create_native_engine(
     return NativeEngine(model, tokenizer, options, config)
 
 
-NATIVE_ENGINE = EngineSpec(
-    name="native",
-    summary="Samples from the module being trained, with a KV cache and continuous batching "
-    "(CPU or one GPU); weight syncs cost nothing.",
-    factory=create_native_engine,
-    config_cls=NativeEngineConfig,
-    lora_weights="module",  # it samples from the training module, adapters included
-)
-
-
 # -- helpers ----------------------------------------------------------------------------------
 
 
@@ -555,7 +516,6 @@ def benchmark_decode(
 
 
 __all__ = [
-    "NATIVE_ENGINE",
     "EngineOptions",
     "NativeEngine",
     "NativeEngineConfig",

@@ -25,12 +25,10 @@ import torch
 from areno_core.accel.precision import resolve_run_dtype
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.config import default_of
-from areno_core.contracts.backend import BackendSpec
 from areno_core.log import get_logger
 from areno_core.model import TrainableModel
-from areno_core.models.loading import enable_activation_checkpointing, is_activation_checkpointing
+from areno_core.models.compat import enable_activation_checkpointing, is_activation_checkpointing
 from areno_core.models.lora import checkpoint_exports
-from areno_core.options import option
 from areno_core.registry import get_registry
 from areno_core.rollout.placement import RolloutPlacement
 from areno_core.train.batching import (
@@ -59,36 +57,12 @@ if TYPE_CHECKING:
 logger = get_logger(__name__)
 
 
-@attrs.frozen
-class LocalBackendConfig:
-    """The local backend's own options (``--backend local``)."""
-
-    share_prefix: bool = option(
-        True,
-        "Local backend: rows of a microbatch that start with the same prompt (the samples of "
-        "one group, the two answers of a pair) run that prompt once and reuse its keys and "
-        "values; off, every row runs in full.",
-        negatable=True,
-    )
-    packed_forward: bool | None = option(
-        None,
-        "Local backend: run Qwen3, Qwen2 and Llama models through areno's lean forward pass "
-        "with a microbatch's rows packed into one token stream (no compute on padding, a "
-        "prompt shared by several rows run once, the output projection only where a loss "
-        "token is predicted); other models run the transformers module. Models with "
-        "flash-attn are packed either way. With activation checkpointing on, only this path "
-        "shares prompts: it checkpoints its own layers. Unset: auto, packed on a CPU when "
-        "activation checkpointing is on, padded otherwise.",
-        default_text="auto",
-        negatable=True,
-    )
-
-
 class LocalBackend:
     """Trains in this process, on CPU or one GPU (see the module docstring).
 
-    ``share_prefix``, ``packed_forward``: see :class:`LocalBackendConfig`. ``registry`` looks up
-    algorithms by name (default: the process-wide registry of installed plugins). ``placement``
+    ``share_prefix``, ``packed_forward``: see
+    :class:`~areno_core.train.local_spec.LocalBackendConfig`. ``registry`` looks up algorithms
+    by name (default: the process-wide registry of installed plugins). ``placement``
     decides which process runs which passes of a step (default: all of them here; the
     distributed backend passes its data-parallel placement, see
     :mod:`areno_core.train.placement`).
@@ -503,28 +477,3 @@ def _algorithm_config(spec: AlgorithmSpec, options: Mapping[str, Any]) -> Any:
             f"algorithm {spec.name!r}; its options are: {', '.join(sorted(valid)) or 'none'}"
         )
     return spec.make_config(dict(options))
-
-
-# What one more forward and backward pass costs on a CPU beyond its arithmetic (Python, kernel
-# launches, allocation), in FLOPs: a few milliseconds at this machine class's matmul rate.
-def _local_backend(config: Any, options: LocalBackendConfig, registry: Registry) -> LocalBackend:
-    return LocalBackend(
-        share_prefix=options.share_prefix,
-        packed_forward=options.packed_forward,
-        registry=registry,
-    )
-
-
-def _one_process(config: Any) -> str | None:
-    if config.world_size > 1 or config.tp_size > 1:
-        return "it trains in one process on one device (--world-size 1 --tp-size 1)"
-    return None
-
-
-LOCAL_BACKEND = BackendSpec(
-    name="local",
-    summary="Trains in this process on the CPU or one GPU.",
-    factory=_local_backend,
-    config_cls=LocalBackendConfig,
-    check=_one_process,
-)

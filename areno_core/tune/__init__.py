@@ -24,7 +24,6 @@ import torch
 from areno_core.contracts.backend import TrainingBackend
 from areno_core.log import get_logger
 from areno_core.tune.checks import check_tunable
-from areno_core.tune.probes import RunProbes
 from areno_core.tune.search import (
     Probes,
     Trial,
@@ -111,6 +110,8 @@ def tune_run(
     check_tunable(resolved.config, resolved.algorithm)
     real = None
     if probes is None:
+        from areno_core.tune.probes import RunProbes  # heavy: loads the run's models to probe
+
         real = RunProbes(
             resolved,
             backend=backend,

@@ -11,10 +11,26 @@ See ``docs/distributed.md``. The rest of areno uses this package only through th
 
 from __future__ import annotations
 
-from areno_core.train.distributed.backend import DISTRIBUTED_BACKEND, DistributedBackend
+from typing import TYPE_CHECKING, Any
+
 from areno_core.train.distributed.context import launched_world_size
 from areno_core.train.distributed.launch import log_worker_traceback, record_worker_error
 from areno_core.train.distributed.parallelize import TP_FAMILIES, check_tp_support
+from areno_core.train.distributed.spec import DISTRIBUTED_BACKEND
+
+if TYPE_CHECKING:
+    from areno_core.train.distributed.backend import DistributedBackend
+
+
+def __getattr__(name: str) -> Any:
+    # The backend class loads the training stack: imported when first asked for (PEP 562),
+    # so that the registry and option checks, which need only the names above, stay light.
+    if name == "DistributedBackend":
+        from areno_core.train.distributed.backend import DistributedBackend  # heavy, as said
+
+        return DistributedBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DISTRIBUTED_BACKEND",

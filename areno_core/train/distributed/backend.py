@@ -30,60 +30,28 @@ from torch import nn
 
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.config import default_of
-from areno_core.contracts.backend import SETUP_KEYWORDS, BackendSpec
+from areno_core.contracts.backend import SETUP_KEYWORDS
 from areno_core.log import get_logger
-from areno_core.models.loading import enable_activation_checkpointing, is_activation_checkpointing
-from areno_core.options import option
+from areno_core.models.compat import enable_activation_checkpointing, is_activation_checkpointing
 from areno_core.rollout.placement import RolloutPlacement
 from areno_core.train.checkpointing import resolve_activation_checkpointing
 from areno_core.train.distributed.context import (
     DistContext,
-    check_mesh_shape,
     init_distributed,
 )
-from areno_core.train.distributed.launch import launch_workers
 from areno_core.train.distributed.parallelize import copy_full_weights, shard_module
 from areno_core.train.distributed.placement import DataParallelPlacement
 from areno_core.train.dtensor import is_sharded, materialise, meta_copy
 from areno_core.train.local import LocalBackend
 from areno_core.train.sharded_checkpoint import load_training_checkpoint, save_sharded_checkpoint
 from areno_core.types import TrainResult
-from areno_core.validators import number
 
 if TYPE_CHECKING:
     from areno_core.model import TrainableModel
     from areno_core.registry import Registry
+    from areno_core.train.distributed.spec import DistributedBackendConfig
 
 logger = get_logger(__name__)
-
-
-@attrs.frozen
-class DistributedBackendConfig:
-    """The distributed backend's own options (``--backend distributed``)."""
-
-    dist_timeout_s: float = option(
-        1800.0,
-        "Distributed backend: seconds a process waits for the others in one collective "
-        "operation (gradient reduction, gathering samples) before the run fails. Bounds how "
-        "long a run can hang when a process stops responding.",
-        validator=number(min=1.0),
-    )
-    fsdp_mixed_precision: bool = option(
-        True,
-        "Distributed backend, GPUs only: run forward and backward passes in bfloat16 from "
-        "float32 parameters and reduce gradients in float32. No effect on CPUs.",
-        negatable=True,
-    )
-    dp_replicate: int = option(
-        1,
-        "Distributed backend: hybrid sharding (HSDP). The data-parallel ranks form this many "
-        "groups of neighbouring ranks (one per node, typically); each group holds one whole "
-        "sharded copy of the model, parameters are sharded within a group and gradients are "
-        "summed across the groups. Must divide --world-size / --tp-size; 1 shards over every "
-        "data-parallel rank.",
-        validator=number(min=1, integer=True),
-        resume_may_change=True,
-    )
 
 
 class DistributedBackend:
@@ -317,9 +285,11 @@ def _algorithm_config(spec: AlgorithmSpec, options: Mapping[str, Any]) -> Any:
     return spec.make_config({k: v for k, v in options.items() if k in fields})
 
 
-def _distributed_backend(
+def create_backend(
     config: Any, options: DistributedBackendConfig, registry: Registry
 ) -> DistributedBackend:
+    """The backend of this process of a ``--backend distributed`` run (the registry's factory,
+    :data:`areno_core.train.distributed.spec.DISTRIBUTED_BACKEND`)."""
     ctx = init_distributed(
         world_size=config.world_size,
         tp_size=config.tp_size,
@@ -339,52 +309,8 @@ def _quiet_logs(main: bool) -> None:
         logging.getLogger("areno").setLevel(logging.ERROR)
 
 
-def _check(config: Any) -> str | None:
-    replicate = config.plugin.get("dp_replicate", 1)
-    shape = check_mesh_shape(config.world_size, config.tp_size or 1, replicate)
-    if shape is not None:
-        return shape
-    if config.adam_8bit:
-        return "8-bit Adam (--adam-8bit) keeps state FSDP2 cannot shard; drop --adam-8bit"
-    if getattr(config, "dtype", "auto") not in ("auto", "float32"):
-        return (
-            f"--dtype {config.dtype}: parameters stay float32 under FSDP2, which computes in "
-            "bfloat16 on GPUs itself (--fsdp-mixed-precision); use --dtype auto or float32"
-        )
-    lora = getattr(config, "lora_rank", None) is not None
-    if lora and (config.tp_size or 1) > 1 and config.lora_dropout > 0:
-        return (
-            f"--lora-dropout {config.lora_dropout:g} with --tp-size {config.tp_size}: dropout "
-            "on the adapters' input is not coordinated across tensor-parallel ranks (each would "
-            "draw its own masks); use --lora-dropout 0 or --tp-size 1"
-        )
-    if getattr(config, "tune_params", False):
-        return (
-            "--tune-params probes one process's memory; give --max-running-prompts, "
-            "--batch-size and --mini-bs instead"
-        )
-    return None
-
-
-def _launch(config: Any, argv: Sequence[str]) -> bool:
-
-    return launch_workers(config, argv)
-
-
-DISTRIBUTED_BACKEND = BackendSpec(
-    name="distributed",
-    summary="Trains over several processes with torch.distributed: FSDP2 data parallel "
-    "(--world-size) and tensor parallel (--tp-size), gloo on CPUs, NCCL on GPUs.",
-    factory=_distributed_backend,
-    config_cls=DistributedBackendConfig,
-    check=_check,
-    launch=_launch,
-)
-
-
 __all__ = [
-    "DISTRIBUTED_BACKEND",
     "DistributedBackend",
-    "DistributedBackendConfig",
+    "create_backend",
     "init_distributed",
 ]

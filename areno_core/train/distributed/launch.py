@@ -32,8 +32,6 @@ import torch
 
 from areno_core.errors import ArenoError, ConfigError
 from areno_core.log import get_logger
-from areno_core.models.loading import _load_config
-from areno_core.models.scratch import build_random_config, is_random_ref
 from areno_core.train.distributed.context import launched_world_size
 from areno_core.train.distributed.parallelize import check_tp_support
 
@@ -210,6 +208,8 @@ def check_launch(config: Any) -> None:
 
 def model_config(ref: str) -> Any:
     """The Hugging Face config of a model reference, without loading weights."""
+    from areno_core.models.loading import _load_config  # heavy: transformers, for --tp-size
+    from areno_core.models.scratch import build_random_config, is_random_ref  # heavy, as above
 
     if is_random_ref(ref):
         return build_random_config(ref)

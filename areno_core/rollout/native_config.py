@@ -1,0 +1,41 @@
+"""The ``native`` rollout engine's own options (``--rollout-engine native``), apart from the
+engine (which loads the model stack) and its registry entry (which creates the engine), so
+that both can import them."""
+
+from __future__ import annotations
+
+import attrs
+
+from areno_core.options import option
+from areno_core.validators import number
+
+
+@attrs.frozen
+class NativeEngineConfig:
+    """The native engine's own options (``--rollout-engine native``)."""
+
+    prefill_batch_tokens: int = option(
+        16384,
+        "Native engine: most padded prompt tokens per prefill forward pass; larger admissions "
+        "are split into several passes (lower it to bound prefill memory).",
+        validator=number(min=1, integer=True),
+    )
+    lean_forward: bool = option(
+        True,
+        "Native engine: on a CPU, run Qwen3, Qwen2 and Llama models through areno's lean "
+        "forward pass (the same operations as the transformers module with SDPA attention, so "
+        "the same numbers in float32, without its per-call overhead; a bfloat16 model attends "
+        "in float32); off, or for other models and on GPUs, the transformers module runs.",
+        negatable=True,
+    )
+    shared_prompt_cache: bool = option(
+        True,
+        "Native engine: when a prompt is sampled several times (n > 1) and the lean forward "
+        "pass runs, keep its keys/values once per group of samples and let decode steps "
+        "attend to it once per group (exact up to rounding; less memory); off, every sample's "
+        "row holds its own copy of the prompt.",
+        negatable=True,
+    )
+
+
+__all__ = ["NativeEngineConfig"]
