@@ -34,6 +34,7 @@ from areno_core.models.lora import LoraSettings
 from areno_core.models.reward import reward_model_beside
 from areno_core.registry import Registry, get_registry
 from areno_core.resolve import ResolvedRun
+from areno_core.runner.boot import WorkerProcess
 from areno_core.train.checkpointing import resolve_activation_checkpointing
 from areno_core.train.progress import TrainProgress, print_summary
 from areno_core.tune import TuneOutcome, tune_run
@@ -51,11 +52,17 @@ console = Console()
 
 
 def run_training(
-    resolved: ResolvedRun, *, registry: Registry | None = None, argv: list[str] | None = None
+    resolved: ResolvedRun,
+    *,
+    registry: Registry | None = None,
+    argv: list[str] | None = None,
+    rollout_worker: WorkerProcess | None = None,
 ) -> LoopResult | None:
     """Run ``areno train`` with already-resolved options. ``argv`` (the command's arguments)
     lets a backend that trains in processes it starts launch them; the result is then None
-    (the workers logged everything)."""
+    (the workers logged everything). ``rollout_worker``: the ``--async-rollout`` worker when
+    the command started it before loading anything (:mod:`areno_core.runner.boot`); the run
+    takes it over, and stops it if it ends first."""
     registry = registry or get_registry()
     plan = plan_run(resolved, registry)
     backend = _open_backend(plan, registry, argv)
@@ -104,7 +111,9 @@ def run_training(
         )
         return str(path)
 
-    rollout, evaluate = _rollout_and_evaluation(plan, model, backend, kwargs, stream, max_steps)
+    rollout, evaluate = _rollout_and_evaluation(
+        plan, model, backend, kwargs, stream, max_steps, rollout_worker
+    )
     if main:
         _announce(plan, model, max_steps)
     try:
@@ -193,6 +202,7 @@ def _rollout_and_evaluation(
     kwargs: dict[str, Any],
     stream: DataStream,
     max_steps: int,
+    rollout_worker: WorkerProcess | None = None,
 ) -> tuple[Any, Callable[[], dict[str, float]] | None]:
     """The rollout side of an online run (None otherwise) and the held-out evaluation (None
     without ``--eval-dataset-path``)."""
@@ -210,7 +220,7 @@ def _rollout_and_evaluation(
     if plan.eval_rows is not None:
         evaluate = rollout.evaluator(plan.eval_rows, max_new_tokens=cfg.max_new_tokens)
     if cfg.async_rollout:  # rollouts from a worker process; evaluation stays here
-        rollout = build_async_rollout(plan, model, stream, max_steps)
+        rollout = build_async_rollout(plan, model, stream, max_steps, process=rollout_worker)
     return rollout, evaluate
 
 

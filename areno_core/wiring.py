@@ -43,6 +43,7 @@ from areno_core.registry import Registry
 from areno_core.resolve import ResolvedRun
 from areno_core.rewards import resolve_reward_fn
 from areno_core.runner.async_rollout import AsyncRolloutRunner
+from areno_core.runner.boot import WorkerProcess
 from areno_core.runner.rollout import AgentSettings, RolloutRunner
 from areno_core.runner.worker import WorkerSpec
 from areno_core.train.checkpoint import (
@@ -319,9 +320,14 @@ def _model_context_len(model: TrainableModel) -> int:
 
 
 def build_async_rollout(
-    plan: RunPlan, model: TrainableModel, stream: DataStream, max_steps: int
+    plan: RunPlan,
+    model: TrainableModel,
+    stream: DataStream,
+    max_steps: int,
+    process: WorkerProcess | None = None,
 ) -> AsyncRolloutRunner:
-    """The run's asynchronous rollout: a worker with the run's engine, reward and agent."""
+    """The run's asynchronous rollout: a worker with the run's engine, reward and agent
+    (``process``: the worker, when the command started it early; see ``runner.boot``)."""
     cfg, resolved = plan.config, plan.resolved
     assert resolved.engine is not None
     total = torch.get_num_threads()
@@ -353,4 +359,5 @@ def build_async_rollout(
         max_steps=max_steps,
         agentic=cfg.agent_fn is not None,
         threads=max(1, total - worker_threads) if on_cpu else None,
+        process=process,
     )

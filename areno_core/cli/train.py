@@ -11,7 +11,8 @@ from rich.console import Console
 from areno_core.cli.options import RunOptionsCommand, SectionedOption, explicit_options
 from areno_core.cli.recipes import dry_run_header, print_recipe_table
 from areno_core.registry import get_registry
-from areno_core.resolve import resolve_run
+from areno_core.resolve import ResolvedRun, resolve_run
+from areno_core.runner.boot import WorkerProcess
 
 console = Console()
 
@@ -95,10 +96,24 @@ def train(
         text = dry_run_header(resolved) + yaml.safe_dump(resolved.to_dict(), sort_keys=False)
         console.print(text, highlight=False, markup=False, soft_wrap=True)
         return
-    from areno_core.run import run_training  # torch and the model stack: only for a real run
+    # The --async-rollout worker starts now: it imports its stack while this process imports
+    # and loads its own (the spec follows once the model is loaded; see runner.boot).
+    early = _early_rollout_worker(resolved)
+    try:
+        from areno_core.run import run_training  # torch and the model stack: only for a run
 
-    # The command line as given, for a backend that starts worker processes running it.
-    argv = (ctx.find_root().obj or {}).get("argv")
-    result = run_training(resolved, registry=registry, argv=argv)
+        # The command line as given, for a backend that starts worker processes running it.
+        argv = (ctx.find_root().obj or {}).get("argv")
+        result = run_training(resolved, registry=registry, argv=argv, rollout_worker=early)
+    finally:
+        if early is not None:
+            early.close()  # a no-op once the run took it over
     if result is not None and result.interrupted:  # None: the workers it launched trained
         raise SystemExit(130)
+
+
+def _early_rollout_worker(resolved: ResolvedRun) -> WorkerProcess | None:
+    cfg = resolved.config
+    if not cfg.async_rollout or (cfg.world_size or 1) > 1:
+        return None
+    return WorkerProcess.spawn()

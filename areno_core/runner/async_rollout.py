@@ -36,16 +36,18 @@ import copy
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from areno_core.data.stream import DataStream
-from areno_core.errors import ArenoError, ConfigError
+from areno_core.errors import ArenoError
 from areno_core.log import get_logger
 from areno_core.model import TrainableModel
 from areno_core.rollout.sampling import draw_seed, seeded
 from areno_core.rollout.weights import pack_weights
+from areno_core.runner.async_options import check_async_options
+from areno_core.runner.boot import WorkerProcess
 from areno_core.runner.worker import (
     PIPE_CLOSED_ERRORS,
     Batch,
@@ -59,10 +61,6 @@ from areno_core.runner.worker import (
 )
 from areno_core.types import TrajectoryGroup
 
-if TYPE_CHECKING:
-    from areno_core.algorithm import AlgorithmSpec
-    from areno_core.config import RunConfig
-
 logger = get_logger(__name__)
 
 # How often a waiting trainer also checks that the worker process is still alive.
@@ -71,43 +69,6 @@ _POLL_S = 0.5
 
 class RolloutWorkerError(ArenoError):
     """The rollout worker process failed or exited; the run cannot continue."""
-
-
-def check_async_options(cfg: RunConfig, spec: AlgorithmSpec, explicit: set[str]) -> None:
-    """Cheap checks of ``--async-rollout`` and its options (before anything is loaded)."""
-    if not cfg.async_rollout:
-        given = sorted(
-            explicit
-            & {"max_staleness", "rollout_threads", "proximal_logprobs", "max_inflight_batches"}
-        )
-        if given:
-            raise ConfigError(
-                ", ".join("--" + name.replace("_", "-") for name in given)
-                + " applies to asynchronous rollout; add --async-rollout"
-            )
-        return
-    if not spec.needs_rollout:
-        raise ConfigError(
-            f"--async-rollout runs rollout in a worker process, but --algo {spec.name} trains "
-            "on dataset rows and has no rollout"
-        )
-    if (cfg.world_size or 1) > 1:  # None until resolve fills the machine default
-        raise ConfigError(
-            f"--async-rollout runs one training process beside its rollout worker; "
-            f"--world-size {cfg.world_size} is not supported with it yet (use --world-size 1, "
-            "or synchronous rollout with several processes)"
-        )
-    if "max_inflight_batches" in explicit and cfg.agent_fn is None:
-        raise ConfigError(
-            f"--max-inflight-batches {cfg.max_inflight_batches} overlaps agentic batches in the "
-            "rollout worker; it needs --agent-fn (other batches are rolled out one at a time)"
-        )
-    if cfg.max_staleness > 0 and not spec.decoupled:
-        raise ConfigError(
-            f"--algo {spec.name} does not declare the decoupled objective, so it cannot "
-            "correct for samples of an older policy: use --max-staleness 0 with it (every "
-            "batch is then sampled by the current policy), or an algorithm that declares it"
-        )
 
 
 class AsyncRolloutRunner:
@@ -128,6 +89,7 @@ class AsyncRolloutRunner:
         max_steps: int,
         agentic: bool = False,
         threads: int | None = None,
+        process: WorkerProcess | None = None,
     ) -> None:
         if max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
@@ -154,6 +116,7 @@ class AsyncRolloutRunner:
         self._reader: threading.Thread | None = None
         self._saved_threads: int | None = None
         self._publish_s = 0.0
+        self._early = process  # started before the run loaded anything (see runner.boot)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -169,7 +132,31 @@ class AsyncRolloutRunner:
         return None if self._process is None else self._process.pid
 
     def start(self) -> None:
-        """Spawn the worker and wait until it has built its rollout side."""
+        """Spawn the worker (or take over the one given as ``process``, and send it the spec)
+        and wait until it has built its rollout side."""
+        if self._early is not None:
+            early, self._early = self._early, None
+            self._process, self._to_worker, self._from_worker = (
+                early.process,
+                early.to_worker,
+                early.from_worker,
+            )
+            early.process = None  # this runner stops it now
+            self._send(self.spec)
+        else:
+            self._spawn()
+        first = self._receive_first()
+        if isinstance(first, Failed):
+            self.close()
+            raise self._error(first, "while starting")
+        logger.info("rollout worker ready (pid %d)", first.pid)
+        self._reader = threading.Thread(target=self._read, name="areno-rollout-reader", daemon=True)
+        self._reader.start()
+        if self.threads is not None:
+            self._saved_threads = torch.get_num_threads()
+            torch.set_num_threads(self.threads)
+
+    def _spawn(self) -> None:
         import torch.multiprocessing as mp  # only for the asynchronous rollout worker
 
         ctx = mp.get_context("spawn")
@@ -185,16 +172,6 @@ class AsyncRolloutRunner:
         # Only the worker holds its ends now: when it exits, both pipes close.
         worker_in.close()
         worker_out.close()
-        first = self._receive_first()
-        if isinstance(first, Failed):
-            self.close()
-            raise self._error(first, "while starting")
-        logger.info("rollout worker ready (pid %d)", first.pid)
-        self._reader = threading.Thread(target=self._read, name="areno-rollout-reader", daemon=True)
-        self._reader.start()
-        if self.threads is not None:
-            self._saved_threads = torch.get_num_threads()
-            torch.set_num_threads(self.threads)
 
     def _receive_first(self) -> Ready | Failed:
         message: Any = None
@@ -219,6 +196,9 @@ class AsyncRolloutRunner:
 
     def close(self) -> None:
         """Stop the worker (it finishes nothing more) and release the pipes."""
+        if self._early is not None:  # never started: the early process is not needed
+            self._early.close()
+            self._early = None
         if self._saved_threads is not None:
             torch.set_num_threads(self._saved_threads)
             self._saved_threads = None
