@@ -266,14 +266,27 @@ class LeanDecoder:
         when given, stores the keys/values and computes attention instead of ``write_kv`` and
         :func:`sdpa` (the rollout engine's shared-prompt decode step).
         """
+        # Normalise every position, then keep the last one (the order transformers uses).
+        hidden = self.hidden_states(input_ids, position_ids, mask, write_kv, attend)
+        logits = self.lm_head(hidden[:, -1:, :])
+        return logits[:, -1, :].float()
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        mask: torch.Tensor | None,
+        write_kv: KVWriter,
+        attend: Attender | None = None,
+    ) -> torch.Tensor:
+        """The final-norm hidden states [B, T, hidden] of every position (what the module's
+        ``lm_head`` reads), with the arguments of :meth:`forward`; records gradients when
+        they are on (the training forward of :mod:`areno_core.train.lean_prefix`)."""
         hidden = F.embedding(input_ids, self.embed, self.padding_idx)
         cos, sin = self.rotary(hidden, position_ids)
         for index, layer in enumerate(self.layers):
             hidden = self._layer(index, layer, hidden, cos, sin, mask, write_kv, attend)
-        # Normalise every position, then keep the last one (the order transformers uses).
-        hidden = rms_norm(hidden, self.final_norm, self.eps)
-        logits = self.lm_head(hidden[:, -1:, :])
-        return logits[:, -1, :].float()
+        return rms_norm(hidden, self.final_norm, self.eps)
 
     def _layer(
         self,
