@@ -98,10 +98,11 @@ def lean_unavailable_reason(model: nn.Module, *, require_sdpa: bool = True) -> s
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm exactly as the transformers Llama-family modules compute it."""
     dtype = x.dtype
-    h = x.to(torch.float32)
+    # (a float32 input skips the two casts, which return it unchanged, for their dispatch cost)
+    h = x if dtype == torch.float32 else x.to(torch.float32)
     variance = h.pow(2).mean(-1, keepdim=True)
     h = h * torch.rsqrt(variance + eps)
-    return weight * h.to(dtype)
+    return weight * (h if dtype == torch.float32 else h.to(dtype))
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
