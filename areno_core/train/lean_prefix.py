@@ -15,23 +15,39 @@ bit for bit in float32 (tests/train/test_lean_prefix.py compares both).
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 import torch
 from torch import nn
 
-from areno_core.models.lean import LeanDecoder, lean_unavailable_reason
+from areno_core.models.lean import LeanDecoder, _layout_fingerprint, lean_unavailable_reason
 
 _DECODERS: weakref.WeakKeyDictionary[nn.Module, LeanDecoder] = weakref.WeakKeyDictionary()
+_CHECKED: weakref.WeakKeyDictionary[nn.Module, tuple[Any, str | None]] = weakref.WeakKeyDictionary()
 
 
 def lean_prefix_reason(model: nn.Module) -> str | None:
     """Why :func:`shared_prefix_logits` cannot run ``model`` (None when it can): the lean
     forward pass must support it (SDPA attention included, so the numbers are the module's)
-    and, in training mode, attention dropout must be off."""
-    reason = lean_unavailable_reason(model)
-    if reason is not None:
-        return reason
-    if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
+    and, in training mode, attention dropout must be off.
+
+    The walk over the modules is remembered per model while its parameters and attention
+    implementation stay the same (it cost 0.7 ms per microbatch on a 2-layer model); module
+    hooks registered later, without either changing, go unseen, as in the rollout engine.
+    """
+    config = model.config
+    key = (_layout_fingerprint(model), getattr(config, "_attn_implementation", None))
+    checked = _CHECKED.get(model)
+    if checked is None or checked[0] != key:
+        checked = (key, lean_unavailable_reason(model))
+        _CHECKED[model] = checked
+    if checked[1] is not None:
+        return checked[1]
+    if torch.nn.modules.module._global_forward_hooks or (
+        torch.nn.modules.module._global_forward_pre_hooks
+    ):
+        return "global module hooks are registered"
+    if model.training and float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
         return "attention dropout is on"
     return None
 
