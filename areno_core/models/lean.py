@@ -105,17 +105,31 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * (h if dtype == torch.float32 else h.to(dtype))
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def rotary_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotary module's ``cos``/``sin`` [B, T, D] as :func:`apply_rotary_tables` reads
+    them (built once per forward pass, used by every layer): broadcast over the heads, and
+    ``sin`` with its first half negated, the sign that transformers' ``rotate_half`` gives
+    the rotated half of ``x`` (``(-x) * s`` and ``x * (-s)`` are the same number)."""
+    half = sin.shape[-1] // 2
+    signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    return cos.unsqueeze(1), signed.unsqueeze(1)
+
+
+def apply_rotary_tables(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary embedding of ``q``/``k`` [B, H, T, D] with :func:`rotary_tables`: the values of
+    transformers' ``q * cos + rotate_half(q) * sin`` bit for bit, in fewer operations (the
+    halves swap in one ``roll``; the sign is in ``signed_sin``)."""
+    half = q.shape[-1] // 2
+    return (q * cos) + (q.roll(half, -1) * signed_sin), (k * cos) + (k.roll(half, -1) * signed_sin)
 
 
 def apply_rotary(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotary embedding of ``q``/``k`` [B, H, T, D] with ``cos``/``sin`` [B, T, D]."""
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    return (q * cos) + (_rotate_half(q) * sin), (k * cos) + (_rotate_half(k) * sin)
+    return apply_rotary_tables(q, k, *rotary_tables(cos, sin))
 
 
 def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -284,9 +298,9 @@ class LeanDecoder:
         ``lm_head`` reads), with the arguments of :meth:`forward`; records gradients when
         they are on (the training forward of :mod:`areno_core.train.lean_prefix`)."""
         hidden = F.embedding(input_ids, self.embed, self.padding_idx)
-        cos, sin = self.rotary(hidden, position_ids)
+        rotary = rotary_tables(*self.rotary(hidden, position_ids))
         for index, layer in enumerate(self.layers):
-            hidden = self._layer(index, layer, hidden, cos, sin, mask, write_kv, attend)
+            hidden = self._layer(index, layer, hidden, rotary, mask, write_kv, attend)
         return rms_norm(hidden, self.final_norm, self.eps)
 
     def _layer(
@@ -294,8 +308,7 @@ class LeanDecoder:
         index: int,
         layer: _Layer,
         hidden: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
         mask: torch.Tensor | None,
         write_kv: KVWriter,
         attend: Attender | None,
@@ -309,7 +322,7 @@ class LeanDecoder:
         if layer.k_norm is not None:
             k = rms_norm(k, layer.k_norm, self.eps)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q, k = apply_rotary(q, k, cos, sin)
+        q, k = apply_rotary_tables(q, k, *rotary)
         if attend is not None:
             attended = attend(index, q, k, v)
         else:
@@ -326,7 +339,9 @@ __all__ = [
     "KVWriter",
     "LeanDecoder",
     "apply_rotary",
+    "apply_rotary_tables",
     "lean_unavailable_reason",
     "rms_norm",
+    "rotary_tables",
     "sdpa",
 ]
