@@ -18,6 +18,7 @@ model must look like.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -227,7 +228,8 @@ class LeanDecoder:
         config = model.config
         base = model.model
         attn0 = base.layers[0].self_attn
-        self.model = model
+        # Weakly: a cache keyed by the model (areno_core.train.lean_prefix) must not keep it alive.
+        self._model = weakref.ref(model)
         self.eps = float(config.rms_norm_eps)
         self.head_dim = int(attn0.head_dim)
         self.n_rep = int(config.num_attention_heads) // int(config.num_key_value_heads)
@@ -262,7 +264,7 @@ class LeanDecoder:
     def is_current(self, model: nn.Module) -> bool:
         """Whether this decoder still reads ``model``'s parameters (False after a device or
         dtype move, which replaces them; in-place optimizer steps keep it current)."""
-        return model is self.model and _layout_fingerprint(model) == self.fingerprint
+        return model is self._model() and _layout_fingerprint(model) == self.fingerprint
 
     # -- the forward pass --------------------------------------------------------------------
 

@@ -3,10 +3,14 @@ in float32: outputs and the gradients that flow back from them."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 
 import areno_core.train.forward as forward
+import areno_core.train.lean_prefix as lean_prefix
 from areno_core.models.loading import enable_activation_checkpointing
 from areno_core.models.scratch import build_random_model
 from areno_core.train.batching import collate
@@ -108,3 +112,14 @@ def test_causal_padding_mask_by_hand():
         [True, True, False, True, True],
     ]
     assert mask[1, 0].tolist() == [[True, True, True, True, False], [True] * 5]
+
+
+def test_the_cached_lean_pass_does_not_keep_its_model_alive():
+    model = build_random_model("random:qwen3-tiny")
+    model.train()
+    policy_outputs(model, batch_of([6, 5], [2, 3]), share_prefix=True)
+    assert model in lean_prefix._DECODERS  # the lean pass ran and was cached
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None
