@@ -18,6 +18,7 @@ model must look like.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -98,23 +99,38 @@ def lean_unavailable_reason(model: nn.Module, *, require_sdpa: bool = True) -> s
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm exactly as the transformers Llama-family modules compute it."""
     dtype = x.dtype
-    h = x.to(torch.float32)
+    # (a float32 input skips the two casts, which return it unchanged, for their dispatch cost)
+    h = x if dtype == torch.float32 else x.to(torch.float32)
     variance = h.pow(2).mean(-1, keepdim=True)
     h = h * torch.rsqrt(variance + eps)
-    return weight * h.to(dtype)
+    return weight * (h if dtype == torch.float32 else h.to(dtype))
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def rotary_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotary module's ``cos``/``sin`` [B, T, D] as :func:`apply_rotary_tables` reads
+    them (built once per forward pass, used by every layer): broadcast over the heads, and
+    ``sin`` with its first half negated, the sign that transformers' ``rotate_half`` gives
+    the rotated half of ``x`` (``(-x) * s`` and ``x * (-s)`` are the same number)."""
+    half = sin.shape[-1] // 2
+    signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    return cos.unsqueeze(1), signed.unsqueeze(1)
+
+
+def apply_rotary_tables(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary embedding of ``q``/``k`` [B, H, T, D] with :func:`rotary_tables`: the values of
+    transformers' ``q * cos + rotate_half(q) * sin`` bit for bit, in fewer operations (the
+    halves swap in one ``roll``; the sign is in ``signed_sin``)."""
+    half = q.shape[-1] // 2
+    return (q * cos) + (q.roll(half, -1) * signed_sin), (k * cos) + (k.roll(half, -1) * signed_sin)
 
 
 def apply_rotary(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotary embedding of ``q``/``k`` [B, H, T, D] with ``cos``/``sin`` [B, T, D]."""
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    return (q * cos) + (_rotate_half(q) * sin), (k * cos) + (_rotate_half(k) * sin)
+    return apply_rotary_tables(q, k, *rotary_tables(cos, sin))
 
 
 def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -212,7 +228,8 @@ class LeanDecoder:
         config = model.config
         base = model.model
         attn0 = base.layers[0].self_attn
-        self.model = model
+        # Weakly: a cache keyed by the model (areno_core.train.lean_prefix) must not keep it alive.
+        self._model = weakref.ref(model)
         self.eps = float(config.rms_norm_eps)
         self.head_dim = int(attn0.head_dim)
         self.n_rep = int(config.num_attention_heads) // int(config.num_key_value_heads)
@@ -247,7 +264,7 @@ class LeanDecoder:
     def is_current(self, model: nn.Module) -> bool:
         """Whether this decoder still reads ``model``'s parameters (False after a device or
         dtype move, which replaces them; in-place optimizer steps keep it current)."""
-        return model is self.model and _layout_fingerprint(model) == self.fingerprint
+        return model is self._model() and _layout_fingerprint(model) == self.fingerprint
 
     # -- the forward pass --------------------------------------------------------------------
 
@@ -266,22 +283,34 @@ class LeanDecoder:
         when given, stores the keys/values and computes attention instead of ``write_kv`` and
         :func:`sdpa` (the rollout engine's shared-prompt decode step).
         """
-        hidden = F.embedding(input_ids, self.embed, self.padding_idx)
-        cos, sin = self.rotary(hidden, position_ids)
-        for index, layer in enumerate(self.layers):
-            hidden = self._layer(index, layer, hidden, cos, sin, mask, write_kv, attend)
         # Normalise every position, then keep the last one (the order transformers uses).
-        hidden = rms_norm(hidden, self.final_norm, self.eps)
+        hidden = self.hidden_states(input_ids, position_ids, mask, write_kv, attend)
         logits = self.lm_head(hidden[:, -1:, :])
         return logits[:, -1, :].float()
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        mask: torch.Tensor | None,
+        write_kv: KVWriter,
+        attend: Attender | None = None,
+    ) -> torch.Tensor:
+        """The final-norm hidden states [B, T, hidden] of every position (what the module's
+        ``lm_head`` reads), with the arguments of :meth:`forward`; records gradients when
+        they are on (the training forward of :mod:`areno_core.train.lean_prefix`)."""
+        hidden = F.embedding(input_ids, self.embed, self.padding_idx)
+        rotary = rotary_tables(*self.rotary(hidden, position_ids))
+        for index, layer in enumerate(self.layers):
+            hidden = self._layer(index, layer, hidden, rotary, mask, write_kv, attend)
+        return rms_norm(hidden, self.final_norm, self.eps)
 
     def _layer(
         self,
         index: int,
         layer: _Layer,
         hidden: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
         mask: torch.Tensor | None,
         write_kv: KVWriter,
         attend: Attender | None,
@@ -295,7 +324,7 @@ class LeanDecoder:
         if layer.k_norm is not None:
             k = rms_norm(k, layer.k_norm, self.eps)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q, k = apply_rotary(q, k, cos, sin)
+        q, k = apply_rotary_tables(q, k, *rotary)
         if attend is not None:
             attended = attend(index, q, k, v)
         else:
@@ -312,7 +341,9 @@ __all__ = [
     "KVWriter",
     "LeanDecoder",
     "apply_rotary",
+    "apply_rotary_tables",
     "lean_unavailable_reason",
     "rms_norm",
+    "rotary_tables",
     "sdpa",
 ]

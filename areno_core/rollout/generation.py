@@ -184,10 +184,10 @@ class Generation:
         """Prefill the prompts ``unique_prompts[chunk]`` and start every request using them."""
         store, device = self.store, self.store.device
         chunk_arr = np.asarray(chunk, dtype=np.int64)
-        selected = np.isin(which, chunk_arr)
-        rows, requests = rows[selected], requests[selected]
         remap = np.full(len(unique_prompts), -1, dtype=np.int64)
         remap[chunk_arr] = np.arange(len(chunk_arr))
+        selected = remap[which] >= 0  # a lookup: np.isin sorts, slow on small arrays
+        rows, requests = rows[selected], requests[selected]
         src = remap[which[selected]]
         prompt_ids = unique_prompts[chunk_arr]
         lengths = self.prompt_len[prompt_ids]
@@ -303,7 +303,7 @@ class Generation:
         self.history_logprobs[rows, counts] = host[1]
         counts += 1
         self.row_count[rows] = counts
-        stopped = np.isin(token_np, self.stop_ids)
+        stopped = (token_np[:, None] == self.stop_ids[None, :]).any(axis=1)  # few stop ids
         done = stopped | (counts >= self.max_new)
         finished = rows[done]
         if self.shared and len(finished):

@@ -17,12 +17,17 @@ so what a sequence samples does not depend on which other sequences share its ba
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import attrs
+import numpy as np
 import torch
 
 from areno_core.types import SamplingParams
 
 _MASK32 = 0xFFFFFFFF
+# The stream hashes run on torch tensors or numpy arrays of int64 alike.
+Int64s = TypeVar("Int64s", torch.Tensor, np.ndarray)
 
 
 def draw_seed(generator: torch.Generator | None = None) -> int:
@@ -100,7 +105,10 @@ def sample_from_uniform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Ten
     tokens = tokens.clamp_(max=probs.shape[-1] - 1)
     # Rounding can push the target past the last kept token; fall back to the mode then.
     picked = probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    return torch.where(picked > 0, tokens, probs.argmax(dim=-1))
+    kept = picked > 0
+    if probs.device.type == "cpu" and bool(kept.all()):  # (the usual case: no mode needed)
+        return tokens
+    return torch.where(kept, tokens, probs.argmax(dim=-1))
 
 
 def sample_next(
@@ -122,7 +130,8 @@ def sample_next(
         logprobs = logits.log_softmax(dim=-1)
         tokens = logits.argmax(dim=-1)
         return tokens, logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    scaled = logits / params.temperature
+    # (dividing by 1.0 returns every value unchanged: skip the operation)
+    scaled = logits if params.temperature == 1.0 else logits / params.temperature
     logprobs = scaled.log_softmax(dim=-1)
     probs = apply_top_k_top_p(scaled, params.top_k, params.top_p).softmax(dim=-1)
     if uniform is None:
@@ -133,14 +142,14 @@ def sample_next(
     return tokens, logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
-def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
+def _mul32(x: Int64s, constant: int) -> Int64s:
     """``(x * constant) mod 2**32`` for int64 ``x`` in [0, 2**32) without int64 overflow."""
     low = x * (constant & 0xFFFF)
     high = ((x * (constant >> 16)) & 0xFFFF) << 16
     return (low + high) & _MASK32
 
 
-def _mix32(x: torch.Tensor) -> torch.Tensor:
+def _mix32(x: Int64s) -> Int64s:
     """A 32-bit integer finaliser (xorshift-multiply rounds) on int64 tensors."""
     x = x ^ (x >> 16)
     x = _mul32(x, 0x7FEB352D)
@@ -156,7 +165,13 @@ def stream_state(seed: int, keys: torch.Tensor) -> torch.Tensor:
     stream only if both hashes collide. Feed the result to :func:`stream_uniform`.
     """
     seed &= (1 << 64) - 1
-    base = _mix32(torch.full_like(keys, seed & _MASK32))
+    if keys.device.type == "cpu" and keys.dtype == torch.int64:  # in numpy, as stream_uniform
+        return torch.from_numpy(_stream_state(seed, keys.numpy(), np.full_like(keys.numpy(), 0)))
+    return _stream_state(seed, keys, torch.zeros_like(keys))
+
+
+def _stream_state(seed: int, keys: Int64s, zeros: Int64s) -> Int64s:
+    base = _mix32(zeros + (seed & _MASK32))
     base = _mix32(base ^ (seed >> 32))
     first = _mix32(_mix32(base ^ (keys & _MASK32)) ^ (keys >> 32))
     second = _mix32(_mix32((base ^ 0x5BD1E995) ^ (keys >> 32)) ^ (keys & _MASK32))
@@ -167,7 +182,15 @@ def stream_uniform(states: torch.Tensor, counters: torch.Tensor) -> torch.Tensor
     """Uniform float32 numbers in (0, 1): draw number ``counters`` of each stream in ``states``.
 
     Costs two hash rounds per element, so it is cheap enough to call once per decode step.
+    On a CPU the rounds run in numpy (the same integer arithmetic, so the same numbers): each
+    of their ~40 operations on a decode step's few hundred rows costs a microsecond there
+    against several as a torch operation.
     """
+    if states.device.type == "cpu" and states.dtype == counters.dtype == torch.int64:
+        h = _mix32(((states.numpy() >> 32) ^ counters.numpy()) & _MASK32)
+        h = _mix32(h ^ (states.numpy() & _MASK32))
+        scaled = ((h >> 9).astype(np.float32) + np.float32(0.5)) * np.float32(1.0 / (1 << 23))
+        return torch.from_numpy(scaled)
     h = _mix32(((states >> 32) ^ counters) & _MASK32)
     h = _mix32(h ^ (states & _MASK32))
     # 23 bits keep ``k + 0.5`` exact in float32, so the result never rounds to 0 or 1.

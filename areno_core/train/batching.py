@@ -145,8 +145,9 @@ def split_by_padding(
 def padding_fraction(micro_rows: Sequence[Sequence[int]], lengths: torch.Tensor) -> float:
     """Fraction of token slots in the given microbatches that are padding."""
     total = used = 0
+    every = lengths.tolist()  # one conversion, not one tensor read per row
     for rows in micro_rows:
-        lens = [int(lengths[r]) for r in rows]
+        lens = [int(every[r]) for r in rows]
         total += max(lens) * len(lens)
         used += sum(lens)
     return 0.0 if total == 0 else 1.0 - used / total

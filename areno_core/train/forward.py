@@ -24,6 +24,7 @@ from areno_core.errors import ConfigError
 from areno_core.log import get_logger, warn_once, warned
 from areno_core.models.families import has_sliding_window
 from areno_core.models.loading import cache_argument, is_activation_checkpointing, output_cache
+from areno_core.train.lean_prefix import lean_prefix_reason, shared_prefix_logits
 from areno_core.train.packed import build_layout, packed_hidden, packed_unavailable_reason
 
 logger = get_logger(__name__)
@@ -268,7 +269,7 @@ def shared_prefix_plan(
         return None
     columns = torch.arange(width, device=ids.device)
     keys = ids.masked_fill(columns >= start.unsqueeze(-1), -1)
-    unique, row_prefix = torch.unique(keys, dim=0, return_inverse=True)
+    unique, row_prefix = _unique_rows(keys)
     prefixes = unique.shape[0]
     if prefixes == rows:
         return None
@@ -292,6 +293,19 @@ def shared_prefix_plan(
     )
 
 
+def _unique_rows(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.unique(keys, dim=0, return_inverse=True)`` for a small integer [B, T] matrix on
+    a CPU: the distinct rows in lexicographic order and each row's index among them, the
+    same tensors, from Python tuples (which order the same way) at a fraction of the cost."""
+    if keys.device.type != "cpu":
+        return torch.unique(keys, dim=0, return_inverse=True)
+    rows = [tuple(row) for row in keys.tolist()]
+    distinct = sorted(set(rows))
+    index = {row: i for i, row in enumerate(distinct)}
+    unique = torch.tensor(distinct, dtype=keys.dtype).view(len(distinct), keys.shape[1])
+    return unique, torch.tensor([index[row] for row in rows], dtype=torch.long)
+
+
 def _shared_prefix_outputs(
     model: Any,
     batch: dict[str, Any],
@@ -305,44 +319,32 @@ def _shared_prefix_outputs(
     device = ids.device
     lengths = batch["attention_mask"].sum(-1)
 
-    # 1. Each distinct prefix once, right-padded; keep the logits of its last token only.
+    # Two passes: each distinct prefix once (right-padded; only the logits of its last token
+    # are kept), then the rest of every row, attending to its prefix's keys and values.
     columns = torch.arange(plan.prefix_width, device=device)
     prefix_mask = columns < plan.prefix_len.unsqueeze(-1)
     prefix_ids = ids[plan.prefix_rows, : plan.prefix_width].masked_fill(~prefix_mask, 0)
     last = plan.prefix_len - 1
-    kwargs: dict[str, Any] = {}
-    slot = last
-    if _takes_logits_to_keep(model):
-        keep = torch.unique(last)
-        kwargs["logits_to_keep"] = keep
-        slot = torch.searchsorted(keep, last)
-    prefix_out = model(
-        input_ids=prefix_ids, attention_mask=prefix_mask.long(), use_cache=True, **kwargs
-    )
-    first_logits = prefix_out.logits[torch.arange(len(last), device=device), slot]
-
-    # 2. The rest of every row, attending to its prefix's keys and values.
-    cache = DynamicCache()
-    for index, layer in enumerate(output_cache(prefix_out).layers):
-        cache.update(
-            layer.keys.index_select(0, plan.row_prefix),
-            layer.values.index_select(0, plan.row_prefix),
-            index,
-        )
     offsets = torch.arange(plan.suffix_width, device=device)
     positions = plan.start.unsqueeze(-1) + offsets
     suffix_mask = positions < lengths.unsqueeze(-1)
     suffix_ids = ids.gather(1, positions.clamp(max=width - 1)).masked_fill(~suffix_mask, 0)
-    attention = torch.cat([prefix_mask[plan.row_prefix], suffix_mask], dim=1).long()
-    suffix_out = model(
-        input_ids=suffix_ids,
-        attention_mask=attention,
-        position_ids=positions,
-        use_cache=True,
-        **{cache_argument(model): cache},
-    )
+    attention = torch.cat([prefix_mask[plan.row_prefix], suffix_mask], dim=1)
+    if lean_prefix_reason(model) is None:
+        # The module's own operations without its per-call overhead (same numbers).
+        keep = torch.unique(last)
+        prefix_logits, suffix_logits = shared_prefix_logits(
+            model, prefix_ids, prefix_mask, keep, plan.row_prefix, suffix_ids, attention, positions
+        )
+        first_logits = prefix_logits[
+            torch.arange(len(last), device=device), torch.searchsorted(keep, last)
+        ]
+    else:
+        first_logits, suffix_logits = _module_prefix_logits(
+            model, prefix_ids, prefix_mask, last, plan.row_prefix, suffix_ids, attention, positions
+        )
     predicting = torch.cat(
-        [first_logits[plan.row_prefix].unsqueeze(1), suffix_out.logits[:, :-1]], dim=1
+        [first_logits[plan.row_prefix].unsqueeze(1), suffix_logits[:, :-1]], dim=1
     )
     logprobs, entropy = _scored_tokens(predicting, suffix_ids, temperature, need_entropy)
 
@@ -355,6 +357,45 @@ def _shared_prefix_outputs(
     if entropy is not None:
         result["entropy"] = to_rows(entropy)
     return result
+
+
+def _module_prefix_logits(
+    model: Any,
+    prefix_ids: torch.Tensor,
+    prefix_mask: torch.Tensor,
+    last: torch.Tensor,
+    row_prefix: torch.Tensor,
+    suffix_ids: torch.Tensor,
+    attention: torch.Tensor,
+    positions: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two calls of the shared-prefix forward through the transformers module: the
+    logits [U, V] of each prompt's last token and those of every row's remainder [B, S, V]
+    (see :func:`areno_core.train.lean_prefix.shared_prefix_logits` for the arguments)."""
+    device = prefix_ids.device
+    kwargs: dict[str, Any] = {}
+    slot = last
+    if _takes_logits_to_keep(model):
+        keep = torch.unique(last)
+        kwargs["logits_to_keep"] = keep
+        slot = torch.searchsorted(keep, last)
+    prefix_out = model(
+        input_ids=prefix_ids, attention_mask=prefix_mask.long(), use_cache=True, **kwargs
+    )
+    first_logits = prefix_out.logits[torch.arange(len(last), device=device), slot]
+    cache = DynamicCache()
+    for index, layer in enumerate(output_cache(prefix_out).layers):
+        cache.update(
+            layer.keys.index_select(0, row_prefix), layer.values.index_select(0, row_prefix), index
+        )
+    suffix_out = model(
+        input_ids=suffix_ids,
+        attention_mask=attention.long(),
+        position_ids=positions,
+        use_cache=True,
+        **{cache_argument(model): cache},
+    )
+    return first_logits, suffix_out.logits
 
 
 def _takes_logits_to_keep(model: Any) -> bool:

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
 
 from areno_core.contracts.engine import EngineOptions, RolloutSession
 from areno_core.errors import NotAvailableError
@@ -45,6 +46,24 @@ def test_apply_rotary_quarter_turn_rotates_halves():
     torch.testing.assert_close(rk, expected, atol=0, rtol=0)
     same, _ = apply_rotary(q, q, torch.ones(1, 1, 4), torch.zeros(1, 1, 4))
     torch.testing.assert_close(same, q, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_apply_rotary_equals_transformers_bit_for_bit_with_gradients(dtype):
+    gen = torch.Generator().manual_seed(0)
+    q0, k0 = torch.randn(3, 4, 5, 16, generator=gen), torch.randn(3, 2, 5, 16, generator=gen)
+    angles = torch.randn(3, 5, 8, generator=gen)
+    cos = torch.cat([angles, angles], -1).cos().to(dtype)
+    sin = torch.cat([angles, angles], -1).sin().to(dtype)
+    results = []
+    for rotate in (apply_rotary_pos_emb, apply_rotary):
+        q = q0.to(dtype).requires_grad_()
+        k = k0.to(dtype).requires_grad_()
+        rq, rk = rotate(q, k, cos, sin)
+        (rq.sum() * 3 + (rk * rk).sum()).backward()
+        results.append((rq, rk, q.grad, k.grad))
+    for got, want in zip(results[1], results[0], strict=True):
+        assert torch.equal(got, want)
 
 
 def test_lean_forward_gives_the_module_logits(model):

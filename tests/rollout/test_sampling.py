@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from areno_core.rollout import sampling
 from areno_core.rollout.sampling import (
     apply_top_k_top_p,
     counter_uniform,
@@ -165,6 +166,28 @@ def test_stream_uniform_equals_counter_uniform_for_same_seed_and_key() -> None:
         rtol=0.0,
         atol=0.0,
     )
+
+
+def test_counter_uniform_values_are_pinned() -> None:
+    # The streams decide every sampled token: these numbers must never change (taken before
+    # the CPU path moved to numpy).
+    keys = torch.tensor([0, 1, 2**40 + 3], dtype=torch.long)
+    counters = torch.tensor([0, 5, 2**31], dtype=torch.long)
+    u = counter_uniform(7, keys, counters)
+    assert u.dtype == torch.float32
+    assert u.tolist() == [0.0376400351524353, 0.22197586297988892, 0.32681888341903687]
+
+
+def test_stream_uniform_on_cpu_equals_the_tensor_arithmetic() -> None:
+    # The CPU path hashes in numpy; the same rounds on torch tensors (the GPU path) agree.
+    gen = torch.Generator().manual_seed(3)
+    states = stream_state(2**33 + 5, torch.randint(0, 2**40, (500,), generator=gen))
+    counters = torch.randint(0, 2**31, (500,), generator=gen)
+    h = sampling._mix32(((states >> 32) ^ counters) & sampling._MASK32)
+    h = sampling._mix32(h ^ (states & sampling._MASK32))
+    expected = ((h >> 9).float() + 0.5) * (1.0 / (1 << 23))
+    with torch.inference_mode():  # as in the engine
+        assert torch.equal(stream_uniform(states, counters), expected)
 
 
 @pytest.mark.parametrize(

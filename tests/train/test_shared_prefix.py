@@ -5,7 +5,7 @@ import torch
 from areno_core.models.loading import enable_activation_checkpointing
 from areno_core.models.scratch import build_random_model
 from areno_core.train.batching import collate
-from areno_core.train.forward import policy_outputs, shared_prefix_plan
+from areno_core.train.forward import _unique_rows, policy_outputs, shared_prefix_plan
 from areno_core.types import Trajectory
 
 TOL = {"atol": 2e-5, "rtol": 2e-5}
@@ -90,3 +90,16 @@ def test_shared_prefix_is_skipped_with_activation_checkpointing():
     out = policy_outputs(model, batch)
     # The full-row path scores prompt tokens too: some are nonzero before the first loss token.
     assert (out["logprobs"][batch["loss_mask"] == 0] != 0).any()
+
+
+def test_unique_rows_equal_torch_unique_with_inverse():
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        distinct = torch.randint(
+            -1, 4, (int(torch.randint(1, 9, (1,), generator=gen)), 6), generator=gen
+        )
+        keys = distinct[torch.randint(0, distinct.shape[0], (40,), generator=gen)]
+        expected = torch.unique(keys, dim=0, return_inverse=True)
+        got = _unique_rows(keys)
+        for e, g in zip(expected, got, strict=True):
+            assert torch.equal(g, e) and g.dtype == e.dtype
