@@ -211,6 +211,11 @@ class AsyncRolloutRunner:
         if process.is_alive():
             process.kill()
             process.join(timeout=10)
+        # The worker's exit closed its end, so the reader thread ends on its own. Wait for it
+        # before closing ours: a thread still reading a closed descriptor would read whatever
+        # pipe is opened next under the same number (the next run's worker, in this process).
+        if self._reader is not None:
+            self._reader.join(timeout=10)
         self._to_worker.close()
         self._from_worker.close()
 

@@ -70,8 +70,16 @@ def pipes():
     inbox_read, inbox_write = Pipe(duplex=False)
     outbox_read, outbox_write = Pipe(duplex=False)
     yield inbox_read, inbox_write, outbox_read, outbox_write
-    for end in (inbox_read, inbox_write, outbox_read, outbox_write):
-        end.close()
+    # Writers first: a mailbox thread still reading the inbox then sees the end and stops.
+    # Only then the readers: a thread that read a closed descriptor would read the next test's
+    # pipe, opened under the same number, and steal its messages.
+    inbox_write.close()
+    outbox_write.close()
+    for thread in threading.enumerate():
+        if thread.name == "areno-mailbox":
+            thread.join(timeout=10)
+    inbox_read.close()
+    outbox_read.close()
 
 
 def weights(version: int) -> Weights:
