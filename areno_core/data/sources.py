@@ -106,11 +106,16 @@ def parse_hub_reference(ref: str) -> tuple[str, str | None, str]:
 # Hugging Face hub
 
 
+def hub_reachable() -> bool:
+    """Whether the Hugging Face hub answers (:func:`areno_core.models.loading.hub_reachable`)."""
+    from areno_core.models.loading import hub_reachable as probe  # heavy: transformers' stack
+
+    return probe()
+
+
 def _load_hub(ref: str) -> list[dict[str, Any]]:
     name, config, split = parse_hub_reference(ref)
     import datasets  # heavy: only for Hugging Face dataset ids
-
-    from areno_core.models.loading import hub_reachable  # heavy (transformers): as above
 
     logger.info("loading %s (config %s, split %s) with datasets.load_dataset", name, config, split)
     # Without a reachable hub the client would retry for tens of seconds; probe first (a few

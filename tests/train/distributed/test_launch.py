@@ -157,7 +157,7 @@ def test_check_launch_warns_on_a_cpu_machine_with_fewer_cores(monkeypatch, caplo
 
 
 def test_dp_replicate_that_does_not_divide_the_data_parallel_ranks_is_refused():
-    from areno_core.train.distributed.backend import DISTRIBUTED_BACKEND
+    from areno_core.train.distributed import DISTRIBUTED_BACKEND
     from areno_core.train.distributed.context import check_mesh_shape
 
     assert check_mesh_shape(8, 2, 2) is None  # 2 groups of 2 dp ranks, each of tp 2
