@@ -7,9 +7,6 @@ light; the server, trajectory and collection helpers load on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from areno_core.agentic.types import (
     AgentBatch,
     AgentContext,
@@ -18,6 +15,7 @@ from areno_core.agentic.types import (
     AgentTrajectory,
     AgentTrajectoryTurn,
 )
+from areno_core.lazy import lazy_attributes
 
 _LAZY = {
     "AgentError": "areno_core.agentic.collect",
@@ -31,11 +29,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'areno_core.agentic' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

@@ -6,8 +6,9 @@ or a Hugging Face model id. See docs/models.md.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from areno_core.lazy import lazy_attributes
 
 # Where each name lives. The package imports a module when one of its names is first asked
 # for (PEP 562), so that ``areno_core.models.chat`` or ``.lora`` can be imported without the
@@ -43,14 +44,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
+__getattr__ = lazy_attributes(__name__, {n: f"{__name__}.{m}" for n, m in _HOME.items()})
 
 if TYPE_CHECKING:
     from areno_core.models.chat import (

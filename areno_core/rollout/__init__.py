@@ -10,8 +10,9 @@ model stack.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from areno_core.lazy import lazy_attributes
 
 _HOME = {
     "EngineOptions": "areno_core.contracts.engine",
@@ -25,14 +26,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
+__getattr__ = lazy_attributes(__name__, _HOME)
 
 if TYPE_CHECKING:
     from areno_core.contracts.engine import EngineOptions, RolloutEngine, RolloutSession

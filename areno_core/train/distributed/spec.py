@@ -98,15 +98,4 @@ DISTRIBUTED_BACKEND = BackendSpec(
 )
 
 
-DISTRIBUTED_BACKEND = BackendSpec(
-    name="distributed",
-    summary="Trains over several processes with torch.distributed: FSDP2 data parallel "
-    "(--world-size) and tensor parallel (--tp-size), gloo on CPUs, NCCL on GPUs.",
-    factory=_distributed_backend,
-    config_cls=DistributedBackendConfig,
-    check=_check,
-    launch=_launch,
-)
-
-
 __all__ = ["DISTRIBUTED_BACKEND", "DistributedBackendConfig"]
