@@ -142,7 +142,11 @@ class AsyncRolloutRunner:
                 early.from_worker,
             )
             early.process = None  # this runner stops it now
-            self._send(self.spec)
+            try:
+                self._send(self.spec)
+            except RolloutWorkerError:
+                self.close()
+                raise
         else:
             self._spawn()
         first = self._receive_first()

@@ -8,6 +8,7 @@ import signal
 import time
 from multiprocessing import Pipe
 from pathlib import Path
+from types import SimpleNamespace
 
 import attrs
 import pytest
@@ -15,7 +16,7 @@ import torch
 
 from areno_core.data.stream import DataStream
 from areno_core.model import TrainableModel
-from areno_core.runner.async_rollout import AsyncRolloutRunner
+from areno_core.runner.async_rollout import AsyncRolloutRunner, RolloutWorkerError
 from areno_core.runner.boot import WorkerProcess, boot_main
 from tests.runner.test_async_rollout import SPEC
 
@@ -72,3 +73,16 @@ def test_a_worker_taken_over_samples_what_a_freshly_spawned_one_samples():
     assert early.process is None  # the runner took it over (and stopped it)
     assert taken_over == _first_batch(None)
     assert len(taken_over) == SPEC.batch_size * SPEC.n_samples
+
+
+def test_an_early_worker_that_died_ends_the_run_with_a_clear_error():
+    early = WorkerProcess.spawn()
+    early.process.kill()
+    early.process.join(timeout=10)
+    fake = SimpleNamespace(step=0, optimizer_steps=0, rollout_generator=torch.Generator())
+    stream = DataStream([{"prompt": "1+1="}], 1, seed=0, epochs=1)
+    run = AsyncRolloutRunner(fake, stream, SPEC, max_staleness=1, max_steps=1, process=early)
+    with pytest.raises(RolloutWorkerError, match=r"was killed by a signal \(exit code -9\)"):
+        run.start()
+    assert run._process is None  # stopped and released, nothing left half-open
+    assert early.process is None
