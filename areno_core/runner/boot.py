@@ -17,9 +17,6 @@ import signal
 from multiprocessing.connection import Connection
 from typing import Any
 
-# What ``Connection.recv`` raises once the other end is gone (see areno_core.runner.worker).
-_CLOSED = (EOFError, OSError, TypeError)
-
 
 class WorkerProcess:
     """A spawned rollout worker that waits for its spec (see the module docstring).
@@ -76,11 +73,15 @@ class WorkerProcess:
 def boot_main(inbox: Connection, outbox: Connection) -> None:
     """Entry point of the early-started worker: import, wait for the spec, then serve."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
-    from areno_core.runner.worker import WorkerSpec, worker_main  # heavy: the worker's stack
+    from areno_core.runner.worker import (  # heavy: the worker's stack
+        PIPE_CLOSED_ERRORS,
+        WorkerSpec,
+        worker_main,
+    )
 
     try:
         spec = inbox.recv()
-    except _CLOSED:
+    except PIPE_CLOSED_ERRORS:
         return  # the run stopped before it needed the worker
     if not isinstance(spec, WorkerSpec):
         raise TypeError(f"the rollout worker expected its WorkerSpec first, got {spec!r}")
