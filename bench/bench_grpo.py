@@ -415,7 +415,7 @@ def _spread(summary: dict[str, float], key: str) -> str:
 
 
 def main() -> None:
-    parser = common.base_parser(__doc__.split("\n\n")[0])
+    parser = common.base_parser(__doc__.split("\n\n")[0], profile=True)
     parser.add_argument("--shape", choices=[*SHAPES, "all"], default="all")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps per run")

@@ -141,6 +141,7 @@ def run_hf(args: Any) -> dict[str, Any]:
 
 def _timed(args: Any, call: Any, model: Any) -> dict[str, Any]:
     call()  # warm-up: allocations, kernel selection, lazy imports
+    common.start_profiler()  # only under --profile
     walls, cpus, counts = [], [], []
     for _ in range(args.calls):
         began, began_cpu = time.perf_counter(), time.process_time()
@@ -265,7 +266,7 @@ def child_result(args: Any) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = common.base_parser(__doc__.split("\n\n")[0])
+    parser = common.base_parser(__doc__.split("\n\n")[0], profile=True)
     parser.add_argument("--model", default="random:qwen3-small", help="random: model to build")
     parser.add_argument("--scenario", choices=["decode", "grpo", "all"], default="all")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 32, 128])

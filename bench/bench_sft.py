@@ -11,7 +11,12 @@ checkpointing, loss = mean NLL over the step's response tokens. TRL gets the ver
 and response masks areno builds (a pre-tokenized dataset with ``input_ids`` and
 ``completion_mask``) and reads its rows in order. Throughput is target (response) tokens per
 second over the timed steps, per wall second and per CPU second of the process, after
-``--warmup`` untimed steps; each run is its own process so its peak RSS is its own.
+``--warmup`` untimed steps; each run is its own process so its peak RSS is its own. TRL's
+data loader collates one microbatch ahead of the one it trains, so only the microbatches of
+the timed steps are counted (the one collated last is never trained). All tokens (prompt and
+response, no padding) per CPU second are reported beside target tokens: ``trl-packing``
+trains other rows than areno in each step (best-fit decreasing puts the longest first), whose
+share of response tokens differs.
 
 Sides (``--sides``): ``areno`` (padded microbatches cut by length), ``areno-packed``
 (``packed_forward``: rows without padding), ``areno-packed-bf16`` (the same on the model loaded
@@ -63,17 +68,28 @@ def sft_rows(count: int) -> list[dict[str, Any]]:
 
 def run_areno(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     common.set_threads(args.threads)
-    from areno_core import backend as backend_module
+    from transformers import AutoTokenizer
+
     from areno_core.backend import LocalBackend, TrainableModel
+    from areno_core.train import update as update_module
+    from areno_core.train.featurize import sft_trajectories
 
     if args.no_split:  # measure the gain of cutting microbatches by length
-        backend_module._piece_cost = lambda model, device: None
+        # Patching a name the updater no longer reads would measure nothing (it once did).
+        if not callable(getattr(update_module, "_piece_cost", None)):
+            raise RuntimeError("--no-split: areno_core.train.update._piece_cost is gone")
+        update_module._piece_cost = lambda model, device: None
+
+    # All tokens of each step's rows (prompt and response), counted as TRL's side counts them.
+    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    featurized, _ = sft_trajectories(rows, tokenizer, max_prompt_tokens=4096, max_new_tokens=4096)
+    row_tokens = [len(t.input_ids) for t in featurized]
 
     dtype = "bfloat16" if args.child.endswith("-bf16") else "float32"
     model = TrainableModel.from_ckpt(str(args.model_dir), seed=args.seed, dtype=dtype)
     backend = LocalBackend(device="cpu", packed_forward="packed" in args.child)
     clock = common.StepClock(args.warmup)
-    tokens = 0.0
+    tokens = all_tokens = 0.0
     losses = []
     for step in range(args.warmup + args.steps):
         batch = rows[step * args.batch : (step + 1) * args.batch]
@@ -93,8 +109,9 @@ def run_areno(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         losses.append(result.metrics["train/loss"])
         if step >= args.warmup:
             tokens += result.metrics["train/target_tokens"]
+            all_tokens += sum(row_tokens[step * args.batch : (step + 1) * args.batch])
         clock.mark()
-    return _result(clock, tokens, losses)
+    return _result(clock, tokens, all_tokens, losses)
 
 
 def run_trl(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -114,7 +131,7 @@ def run_trl(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         [{"input_ids": t.input_ids, "completion_mask": t.loss_mask} for t in trajectories]
     )
     clock = common.StepClock(args.warmup)
-    micro_tokens: list[int] = []
+    micro_tokens: list[tuple[int, int]] = []  # (target tokens, all tokens) per microbatch
 
     class Clock(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -149,25 +166,40 @@ def run_trl(args: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     def counting_collator(examples: list[dict[str, Any]]) -> dict[str, Any]:
         batch = collate(examples)
-        micro_tokens.append(int((batch["labels"][:, 1:] != -100).sum()))
+        mask = batch.get("attention_mask")
+        real = int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
+        micro_tokens.append((int((batch["labels"][:, 1:] != -100).sum()), real))
         return batch
 
     trainer.data_collator = counting_collator
     trainer.train()
     per_step = args.batch // args.micro_bs
-    tokens = float(sum(micro_tokens[args.warmup * per_step :]))
-    return _result(clock, tokens)  # TRL's losses are not collected: logging is off for speed
+    # The Trainer's data loader collates one microbatch ahead of the one it trains on, so the
+    # last one collated is never trained: count the trained microbatches only.
+    trained = micro_tokens[args.warmup * per_step : (args.warmup + args.steps) * per_step]
+    if len(trained) != args.steps * per_step:
+        raise RuntimeError(
+            f"expected {args.steps * per_step} timed microbatches, got {len(trained)}"
+        )
+    tokens = float(sum(t for t, _ in trained))
+    all_tokens = float(sum(n for _, n in trained))
+    return _result(clock, tokens, all_tokens)  # TRL's losses are not collected (no logging)
 
 
 def _result(
-    clock: common.StepClock, tokens: float, losses: list[float] | None = None
+    clock: common.StepClock,
+    tokens: float,
+    all_tokens: float,
+    losses: list[float] | None = None,
 ) -> dict[str, Any]:
     seconds = clock.timed_seconds
     result: dict[str, Any] = {
         **common.rates("target_tokens", tokens, seconds, clock.timed_cpu_seconds),
+        **common.rates("tokens", all_tokens, seconds, clock.timed_cpu_seconds),
         "step_s": seconds / clock.timed_steps,
         "step_cpu_s": clock.timed_cpu_seconds / clock.timed_steps,
         "target_tokens": tokens,
+        "tokens": all_tokens,
     }
     if losses is not None:
         result["losses"] = losses
@@ -194,7 +226,13 @@ def drive(args: Any) -> dict[str, Any]:
             return common.run_child(Path(__file__), [*base, "--child", side])
 
         results = common.interleaved(args.sides, args.reps, run_one)
-    keys = ["target_tokens_per_s", "target_tokens_per_cpu_s", "step_s", "peak_rss_mib"]
+    keys = [
+        "target_tokens_per_s",
+        "target_tokens_per_cpu_s",
+        "tokens_per_cpu_s",
+        "step_s",
+        "peak_rss_mib",
+    ]
     summary = common.summarize(results, keys)
     report.update({"runs": results, "median": summary})
     rows = [
@@ -202,18 +240,26 @@ def drive(args: Any) -> dict[str, Any]:
             side,
             common.spread([r["target_tokens_per_cpu_s"] for r in results[side]]),
             common.spread([r["target_tokens_per_s"] for r in results[side]]),
+            common.spread([r["tokens_per_cpu_s"] for r in results[side]]),
             s["peak_rss_mib"],
             f"{s['load_min']:.1f}-{s['load_max']:.1f}",
         ]
         for side, s in summary.items()
     ]
     print()
-    headers = ["side", "target tok per CPU-s", "target tok per wall-s", "peak RSS MiB", "load"]
+    headers = [
+        "side",
+        "target tok per CPU-s",
+        "target tok per wall-s",
+        "all tok per CPU-s",
+        "peak RSS MiB",
+        "load",
+    ]
     print(common.table(headers, rows))
-    print("(median (min-max) over runs)")
+    print("(median (min-max) over runs; all tok: prompt and response tokens, padding excluded)")
+    measures = [("target_tokens", "target tokens"), ("tokens", "all tokens")]
     for reference in [s for s in args.sides if s.startswith("trl")]:
-        lines = common.ratio_lines(results, reference, [("target_tokens", "target tokens")])
-        for line in lines:
+        for line in common.ratio_lines(results, reference, measures):
             print(line)
     print(
         "\nNot the same work: areno sorts a step's rows by length and runs each microbatch "
@@ -233,7 +279,7 @@ def child_result(args: Any) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = common.base_parser(__doc__.split("\n\n")[0])
+    parser = common.base_parser(__doc__.split("\n\n")[0], profile=True)
     parser.add_argument("--model", default="random:qwen3-small", help="random: model to build")
     parser.add_argument("--batch", type=int, default=16, help="rows per optimizer step")
     parser.add_argument("--micro-bs", type=int, default=8, help="rows per microbatch")

@@ -67,9 +67,49 @@ def set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def emit(result: Mapping[str, Any]) -> None:
+# ``--profile DIR`` reaches the children through this variable: their timed steps then run
+# under torch.profiler (CPU operators and their memory), and each child writes its tables to DIR.
+PROFILE_ENV = "ARENO_BENCH_PROFILE_DIR"
+_profiler: Any = None
+
+
+def start_profiler() -> None:
+    """Start the operator profiler for the timed steps when the driver asked for one."""
+    global _profiler
+    if _profiler is not None or not os.environ.get(PROFILE_ENV):
+        return
+    import torch
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    _profiler = torch.profiler.profile(activities=activities, profile_memory=True)
+    _profiler.__enter__()
+
+
+def _write_profile(name: str) -> str | None:
+    """Stop the profiler and write its operator tables, by own CPU time and by own memory."""
+    global _profiler
+    if _profiler is None:
+        return None
+    _profiler.__exit__(None, None, None)
+    averages = _profiler.key_averages()
+    _profiler = None
+    directory = Path(os.environ[PROFILE_ENV])
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}-{os.getpid()}.txt"
+    with path.open("w") as f:
+        f.write(f"# {name}: the timed steps, by own CPU time\n")
+        f.write(averages.table(sort_by="self_cpu_time_total", row_limit=40) + "\n")
+        f.write(f"# {name}: the timed steps, by own memory allocated\n")
+        f.write(averages.table(sort_by="self_cpu_memory_usage", row_limit=25) + "\n")
+    return str(path)
+
+
+def emit(result: Mapping[str, Any], name: str = "child") -> None:
     """Print a child's result where the driver finds it (the last line starting with the tag)."""
     payload = {**result, "peak_rss_mib": peak_rss_mib()}
+    profile = _write_profile(name)
+    if profile is not None:
+        payload["profile"] = profile
     sys.stdout.write(RESULT_PREFIX + json.dumps(payload) + "\n")
     sys.stdout.flush()
 
@@ -87,9 +127,13 @@ class StepClock:
         self.warmup = warmup
         self.marks: list[tuple[float, float]] = []
         self.start = (time.perf_counter(), time.process_time())
+        if warmup == 0:
+            start_profiler()
 
     def mark(self) -> None:
         self.marks.append((time.perf_counter(), time.process_time()))
+        if len(self.marks) == self.warmup:
+            start_profiler()
 
     def _span(self, which: int) -> float:
         begin = self.marks[self.warmup - 1] if self.warmup else self.start
@@ -336,7 +380,9 @@ def trl_baseline_args(seed: int) -> dict[str, Any]:
     }
 
 
-def base_parser(description: str) -> argparse.ArgumentParser:
+def base_parser(description: str, *, profile: bool = False) -> argparse.ArgumentParser:
+    """The flags every script takes; ``profile``: also ``--profile`` (scripts whose children
+    time their work with :class:`StepClock` or call :func:`start_profiler` themselves)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--reps", type=int, default=3, help="measured repetitions per side")
     parser.add_argument(
@@ -346,6 +392,14 @@ def base_parser(description: str) -> argparse.ArgumentParser:
         help="torch intra-op threads on both sides (default 1: see bench/README.md)",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write all results here")
+    if profile:
+        parser.add_argument(
+            "--profile",
+            type=Path,
+            default=None,
+            help="run the timed work under torch.profiler and write each run's operator tables "
+            "(own CPU time, own memory) to this directory; the timings then include its overhead",
+        )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", type=Path, default=None, help=argparse.SUPPRESS)
     return parser
@@ -361,8 +415,10 @@ def run_role(
     results to ``--json`` when given."""
     args = parser.parse_args()
     if args.child:
-        emit(child(args))
+        emit(child(args), name=args.child)
         return
+    if getattr(args, "profile", None) is not None:
+        os.environ[PROFILE_ENV] = str(args.profile.resolve())
     write_json(args.json, drive(args))
 
 

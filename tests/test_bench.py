@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import random
 import subprocess
 import sys
@@ -18,13 +19,16 @@ BENCH = REPO / "bench"
 HAS_TRL = importlib.util.find_spec("trl") is not None
 
 
-def bench(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def bench(
+    script: str, *args: str, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=REPO,
+        env=None if env is None else {**os.environ, **env},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -81,9 +85,80 @@ def test_sft_child_counts_the_same_target_tokens(model_dir, side) -> None:
     assert result["target_tokens_per_s"] > 0 and result["target_tokens_per_cpu_s"] > 0
     # Every side trains on the same pre-tokenized rows in the same order.
     assert result["target_tokens"] == 1093.0
+    assert result["tokens"] > result["target_tokens"]  # prompts too
     if side.startswith("areno"):
         assert len(result["losses"]) == 2
         assert all(2.0 < loss < 10.0 for loss in result["losses"])  # ~ln(vocab) at the start
+
+
+def test_sft_no_split_replaces_what_the_updater_calls(model_dir, monkeypatch) -> None:
+    """``--no-split`` must reach the supervised updater: the updater asks
+    ``areno_core.train.update._piece_cost`` where to cut, and the flag replaces that name (it
+    once patched a name nothing read, and measured nothing)."""
+    from areno_core.train import update
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import bench_sft
+    finally:
+        sys.path.remove(str(BENCH))
+    monkeypatch.setattr(bench_sft.common, "emit", lambda result, name="child": None)
+    asked = []
+    monkeypatch.setattr(update, "_piece_cost", lambda model, device: asked.append(1))
+    child = ["bench_sft.py", "--child", "areno", "--model-dir", str(model_dir), *SFT_CHILD]
+    monkeypatch.setattr(sys, "argv", child)
+    bench_sft.main()
+    assert asked, "the updater no longer asks update._piece_cost where to cut"
+    monkeypatch.setattr(sys, "argv", [*child, "--no-split"])
+    bench_sft.main()
+    assert update._piece_cost(None, None) is None  # replaced by the flag
+
+
+def test_profile_writes_the_timed_steps_operator_tables(model_dir, tmp_path) -> None:
+    """``--profile DIR`` reaches a child through ARENO_BENCH_PROFILE_DIR: its timed steps run
+    under torch.profiler and it writes their operator tables (own CPU time, own memory)."""
+    env = {"ARENO_BENCH_PROFILE_DIR": str(tmp_path)}
+    args = ["--child", "areno-packed", "--model-dir", str(model_dir), *SFT_CHILD]
+    result = child_result(bench("bench_sft.py", *args, env=env))
+    written = Path(result["profile"])
+    assert written.parent == tmp_path and written.name.startswith("areno-packed-")
+    text = written.read_text()
+    assert "by own CPU time" in text and "by own memory allocated" in text
+    assert "aten::mm" in text  # the training step's matrix products were recorded
+
+
+@NEEDS_TRL
+def test_sft_trl_packing_counts_only_the_sequences_it_trained(model_dir) -> None:
+    """TRL's loader collates one microbatch ahead of the one it trains; the packing side must
+    count the timed steps' packed sequences, not the one collated last (it once did, which
+    overstated TRL's packing throughput by a fifth at ``--steps 2``)."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl.data_utils import pack_dataset
+
+    from areno_core.train.featurize import sft_trajectories
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import bench_sft
+    finally:
+        sys.path.remove(str(BENCH))
+    result = child_result(
+        bench("bench_sft.py", "--child", "trl-packing", "--model-dir", str(model_dir), *SFT_CHILD)
+    )
+    # SFT_CHILD: 4 rows a step in microbatches of 2 (one packed sequence each), 1 warm-up and
+    # 1 timed step: the timed microbatches are the 3rd and 4th sequences, the epoch repeating
+    # in order when it has fewer.
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = bench_sft.sft_rows(8)
+    trajectories, _ = sft_trajectories(rows, tokenizer, max_prompt_tokens=4096, max_new_tokens=4096)
+    dataset = Dataset.from_list(
+        [{"input_ids": t.input_ids, "completion_mask": t.loss_mask} for t in trajectories]
+    )
+    packed = pack_dataset(dataset, bench_sft.PACK_TOKENS, strategy="bfd")
+    timed = [packed[i % len(packed)] for i in (2, 3)]
+    assert result["target_tokens"] == sum(sum(s["completion_mask"][1:]) for s in timed)
+    assert result["tokens"] == sum(len(s["input_ids"]) for s in timed)
 
 
 def test_rollout_driver_runs_both_sides_and_writes_ratios(tmp_path) -> None:
