@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,13 @@ class TrainableModel:
         self.generator = torch.Generator().manual_seed(seed)
         self.rollout_generator = torch.Generator().manual_seed(seed + 1)
         self._metrics = MetricsLogger(metrics_dir) if metrics_dir else None
+        # The sinks are closed (TensorBoard's buffered events written) by close(), or when the
+        # model is collected or the interpreter exits, whichever comes first: a script that
+        # never calls close() still gets its last points, and no writer thread outlives the
+        # model.
+        self._close_metrics = (
+            weakref.finalize(self, self._metrics.close) if self._metrics is not None else None
+        )
 
     @classmethod
     def from_ckpt(
@@ -200,5 +208,7 @@ class TrainableModel:
         return values
 
     def close(self) -> None:
-        if self._metrics is not None:
-            self._metrics.close()
+        """Close the metrics sinks (safe to call twice; also done when the model is collected
+        or the interpreter exits)."""
+        if self._close_metrics is not None:
+            self._close_metrics()

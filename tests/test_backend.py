@@ -89,6 +89,28 @@ def test_log_writes_explicit_metrics_and_reward_stats(tmp_path):
     torch.testing.assert_close(line["rollout/reward_std"], 0.5)
 
 
+def test_metrics_are_written_when_a_model_is_dropped_without_close(tmp_path):
+    """A script that never calls close() still gets its TensorBoard points (the writer buffers
+    them for seconds), and no writer thread outlives the model."""
+    import gc
+    import threading
+
+    from areno_core.metrics.logger import read_scalars
+
+    model = TrainableModel.from_ckpt("random:qwen3-tiny", metrics_dir=str(tmp_path))
+    model.log(metrics={"train/loss": 2.5}, step=7)
+    writers = [t for t in threading.enumerate() if type(t).__name__ == "_AsyncWriterThread"]
+    assert writers  # the TensorBoard sink's writer thread is running
+    del model
+    gc.collect()
+    assert read_scalars(tmp_path)["train/loss"] == [(7, 2.5)]
+    assert not [t for t in writers if t.is_alive()]
+    # close() after the model's own finalizer, or twice, is harmless
+    again = TrainableModel.from_ckpt("random:qwen3-tiny", metrics_dir=str(tmp_path / "b"))
+    again.close()
+    again.close()
+
+
 EVAL_ROWS = [
     {"prompt": "12+30=", "response": "42"},
     {"prompt": "5+5=", "response": "10, that is ten"},
