@@ -109,9 +109,11 @@ def test_sft_no_split_replaces_what_the_updater_calls(model_dir, monkeypatch) ->
     monkeypatch.setattr(sys, "argv", child)
     bench_sft.main()
     assert asked, "the updater no longer asks update._piece_cost where to cut"
+    before = len(asked)
     monkeypatch.setattr(sys, "argv", [*child, "--no-split"])
     bench_sft.main()
-    assert update._piece_cost(None, None) is None  # replaced by the flag
+    assert len(asked) == before  # the flag's replacement answered, not the original
+    assert update._piece_cost(None, None) is None
 
 
 def test_profile_writes_the_timed_steps_operator_tables(model_dir, tmp_path) -> None:
