@@ -216,6 +216,15 @@ class RolloutConfig:
         "--max-staleness 2 or more.",
         validator=positive,
     )
+    step_fill: str = option(
+        "batch",
+        "With --async-rollout and --agent-fn: what a train step trains on. batch: the groups of "
+        "its own rows, once all of them are done; completion: the first --batch-size groups to "
+        "finish, from any batch sent to the worker, so a slow episode is trained by a later "
+        "step instead of holding this one (needs --max-staleness 1 or more; which rows a step "
+        "trains then depends on timing). See docs/async.md.",
+        choices=("batch", "completion"),
+    )
     tune_params: bool = option(
         False,
         "Probe memory with a randomly initialised model of the same architecture first, then "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -89,8 +89,9 @@ def run_training(
     )
     backend.setup(model, spec, **_setup_kwargs(kwargs))
     stream = DataStream(plan.rows, cfg.batch_size, seed=cfg.seed, epochs=cfg.epochs)
+    resumed: dict[str, Any] = {}
     if plan.resume_from is not None:
-        _resume(plan, model, backend, stream)
+        resumed = _resume(plan, model, backend, stream)
     main = backend.is_main_process
     if main:
         _write_run_files(plan, tuned)
@@ -106,13 +107,16 @@ def run_training(
 
     def save(step: int) -> str:
         trainer_state = {"data": stream.state_dict()}
+        rollout_state = rollout.state_dict() if hasattr(rollout, "state_dict") else {}
+        if rollout_state:  # --step-fill completion: the rows it owes or trained ahead
+            trainer_state["rollout"] = rollout_state
         path = backend.save_checkpoint(
             model, cfg.save_path, trainer_state=trainer_state, config=config_dict
         )
         return str(path)
 
     rollout, evaluate = _rollout_and_evaluation(
-        plan, model, backend, kwargs, stream, max_steps, rollout_worker
+        plan, model, backend, kwargs, stream, max_steps, rollout_worker, resumed.get("rollout")
     )
     if main:
         _announce(plan, model, max_steps)
@@ -179,13 +183,16 @@ def _load_model(
 
 def _resume(
     plan: RunPlan, model: TrainableModel, backend: TrainingBackend, stream: DataStream
-) -> None:
+) -> dict[str, Any]:
+    """Load the checkpoint resumed from; its trainer state (the data position, and the
+    rollout side's state when it saved one)."""
     assert plan.resume_from is not None
     if plan.spec.uses_reference(plan.resolved.algorithm_config) and plan.config.ref_ckpt is None:
         model.ensure_reference()  # the frozen initial policy, before weights are replaced
     state = backend.load_checkpoint(model, plan.resume_from)
     stream.load_state_dict(state["data"])
     logger.info("resumed from %s at step %d", plan.resume_from, model.step)
+    return dict(state)
 
 
 def _write_run_files(plan: RunPlan, tuned: TuneOutcome | None) -> None:
@@ -203,6 +210,7 @@ def _rollout_and_evaluation(
     stream: DataStream,
     max_steps: int,
     rollout_worker: WorkerProcess | None = None,
+    rollout_state: Mapping[str, Any] | None = None,
 ) -> tuple[Any, Callable[[], dict[str, float]] | None]:
     """The rollout side of an online run (None otherwise) and the held-out evaluation (None
     without ``--eval-dataset-path``)."""
@@ -220,7 +228,9 @@ def _rollout_and_evaluation(
     if plan.eval_rows is not None:
         evaluate = rollout.evaluator(plan.eval_rows, max_new_tokens=cfg.max_new_tokens)
     if cfg.async_rollout:  # rollouts from a worker process; evaluation stays here
-        rollout = build_async_rollout(plan, model, stream, max_steps, process=rollout_worker)
+        rollout = build_async_rollout(
+            plan, model, stream, max_steps, process=rollout_worker, resume_state=rollout_state
+        )
     return rollout, evaluate
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -325,9 +326,11 @@ def build_async_rollout(
     stream: DataStream,
     max_steps: int,
     process: WorkerProcess | None = None,
+    resume_state: Mapping[str, Any] | None = None,
 ) -> AsyncRolloutRunner:
     """The run's asynchronous rollout: a worker with the run's engine, reward and agent
-    (``process``: the worker, when the command started it early; see ``runner.boot``)."""
+    (``process``: the worker, when the command started it early; see ``runner.boot``;
+    ``resume_state``: the rollout state of the checkpoint resumed from)."""
     cfg, resolved = plan.config, plan.resolved
     assert resolved.engine is not None
     total = torch.get_num_threads()
@@ -360,4 +363,6 @@ def build_async_rollout(
         agentic=cfg.agent_fn is not None,
         threads=max(1, total - worker_threads) if on_cpu else None,
         process=process,
+        step_fill=cfg.step_fill,
+        resume_state=resume_state,
     )

@@ -11,7 +11,10 @@ each batch has a straggler. Sides (runs alternate A B C, C B A, ...):
 
 * ``sync``: rollout and training alternate in one process;
 * ``async-1``: ``--async-rollout --max-staleness K --max-inflight-batches 1``;
-* ``async-2``: the same with ``--max-inflight-batches 2``.
+* ``async-2``: the same with ``--max-inflight-batches 2``;
+* ``fill-1``, ``fill-2``: ``async-1`` and ``async-2`` with ``--step-fill completion`` (a step
+  trains on the first groups to finish, from any batch sent to the worker; not run by default,
+  ask for them with ``--sides``).
 
 ``K`` is ``--max-staleness`` (default 2): the worker starts a batch beside one in flight only
 while no newer weights have arrived, and with ``K = 1`` the rows of the next step arrive
@@ -20,7 +23,9 @@ docs/async.md).
 
 Reported per run: samples per second over the whole run (launch to exit, startup included)
 and in steady state (the loop's ``time/step`` over every step after the second), CPU seconds
-of the run and its children (trainer and worker) per sample (startup included), and for
+of the run and its children (trainer and worker) per sample, over the whole run (startup
+included) and in steady state (from the moment step 2 is logged to the exit, read from
+``/proc`` on Linux: the steps after the second, the last checkpoint and the shutdown), and for
 asynchronous runs the share of batches that started while another was in flight
 (``rollout/inflight_batches`` above 1).
 """
@@ -46,7 +51,8 @@ REPO = Path(__file__).resolve().parent.parent
 AGENT = REPO / "tests" / "fixtures" / "seeded_agent.py"
 REWARD = REPO / "tests" / "fixtures" / "digit_share_reward.py"
 GSM8K = REPO / "data" / "gsm8k" / "train.jsonl"
-SIDES = ("sync", "async-1", "async-2")
+SIDES = ("sync", "async-1", "async-2", "fill-1", "fill-2")
+DEFAULT_SIDES = ("sync", "async-1", "async-2")
 BATCH, N_SAMPLES = 4, 4
 
 
@@ -55,12 +61,45 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds used so far by process ``pid`` and every descendant (the trainer and its
+    rollout worker), including their children already reaped; None without Linux's /proc."""
+    proc = Path("/proc")
+    if not (proc / str(pid) / "stat").is_file():
+        return None
+    stats: dict[int, tuple[int, list[str]]] = {}  # pid -> (parent pid, fields after the name)
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:  # it exited meanwhile
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        stats[int(entry.name)] = (int(fields[1]), fields)
+    tree, grew = {pid}, True
+    while grew:
+        found = {child for child, (parent, _) in stats.items() if parent in tree} - tree
+        tree |= found
+        grew = bool(found)
+    ticks = os.sysconf("SC_CLK_TCK")
+    # utime, stime, cutime, cstime: fields 14-17 of /proc/PID/stat (11-14 after the name).
+    return sum(sum(int(v) for v in stats[p][1][11:15]) for p in tree if p in stats) / ticks
+
+
 def write_inputs(root: Path, rows: int) -> tuple[Path, Path]:
     data, loader = root / "rows.jsonl", root / "loader.py"
     with GSM8K.open() as f:
         data.write_text("".join(next(f) for _ in range(rows)))
     loader.write_text("def load_row(row):\n    return {'prompt': row['question'][:48]}\n")
     return data, loader
+
+
+def _logged_steps(out: Path) -> int:
+    path = out / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if '"step": 0' not in line)
 
 
 def run_side(side: str, args: argparse.Namespace, root: Path, data: Path, loader: Path) -> dict:
@@ -76,7 +115,9 @@ def run_side(side: str, args: argparse.Namespace, root: Path, data: Path, loader
     ]  # fmt: skip
     if side != "sync":
         command += ["--async-rollout", "--max-staleness", str(args.max_staleness),
-                    "--max-inflight-batches", side.removeprefix("async-")]  # fmt: skip
+                    "--max-inflight-batches", side.split("-")[1]]  # fmt: skip
+    if side.startswith("fill-"):
+        command += ["--step-fill", "completion"]
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(args.threads),
@@ -87,11 +128,21 @@ def run_side(side: str, args: argparse.Namespace, root: Path, data: Path, loader
     load_before = common.load_average()
     cpu_before = _children_cpu_s()
     launched = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    # Watch the metrics while it runs: the process tree's CPU time when step 2 is logged is
+    # where the steady state's CPU time starts.
+    log = out.with_suffix(".log")
+    with log.open("w") as sink:
+        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+        cpu_at_steady = None
+        while proc.poll() is None:
+            if cpu_at_steady is None and _logged_steps(out) >= 2:
+                cpu_at_steady = tree_cpu_s(proc.pid)
+            time.sleep(0.05)
     wall = time.perf_counter() - launched
     cpu = _children_cpu_s() - cpu_before
     if proc.returncode != 0:
-        raise RuntimeError(f"{side} run failed (rc={proc.returncode}):\n{proc.stderr[-3000:]}")
+        tail = log.read_text()[-3000:]
+        raise RuntimeError(f"{side} run failed (rc={proc.returncode}):\n{tail}")
     rows = [r for r in common.read_jsonl(out / "metrics.jsonl") if r["step"] > 0]
     samples = sum(r["rollout/samples"] for r in rows)
     steady = rows[2:]
@@ -104,6 +155,11 @@ def run_side(side: str, args: argparse.Namespace, root: Path, data: Path, loader
         "steady_samples_per_s": sum(r["rollout/samples"] for r in steady) / steady_s,
         "cpu_s": cpu,
         "cpu_s_per_sample": cpu / max(samples, 1),
+        # From the moment step 2 was logged to the exit (the last steps' saving and shutdown
+        # included): the steady state's CPU time, without the processes' start.
+        "steady_cpu_s_per_sample": None
+        if cpu_at_steady is None
+        else (cpu - cpu_at_steady) / max(sum(r["rollout/samples"] for r in steady), 1),
         "load_before": load_before,
         "load_after": common.load_average(),
     }
@@ -111,6 +167,17 @@ def run_side(side: str, args: argparse.Namespace, root: Path, data: Path, loader
     if inflight:  # the share of batches that started beside another
         result["overlapped_share"] = sum(v > 1 for v in inflight) / len(inflight)
     return result
+
+
+def _maybe(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _steady_cpu(runs: list[dict[str, Any]]) -> str:
+    values = [r["steady_cpu_s_per_sample"] for r in runs]
+    if any(v is None for v in values):
+        return "n/a (needs /proc)"
+    return common.spread(values)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -123,7 +190,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--slow-every", type=int, default=BATCH * N_SAMPLES,
                         help="every N-th sample is slow (default: one per batch)")  # fmt: skip
     parser.add_argument("--slow-s", type=float, default=1.5, help="seconds a slow sample waits")
-    parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated sides")
+    parser.add_argument(
+        "--sides",
+        default=",".join(DEFAULT_SIDES),
+        help=f"comma-separated sides, of {', '.join(SIDES)} (default %(default)s)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write every run here")
     args = parser.parse_args(argv)
     sides = args.sides.split(",")
@@ -156,6 +227,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"samples/s={result['samples_per_s']:.2f} "
                     f"steady={result['steady_samples_per_s']:.2f} "
                     f"cpu/sample={result['cpu_s_per_sample']:.3f} "
+                    f"steady cpu/sample={_maybe(result['steady_cpu_s_per_sample'])} "
                     f"overlapped={result.get('overlapped_share', 0.0):.2f} "
                     f"load={result['load_before']:.1f}->{result['load_after']:.1f}",
                     flush=True,
@@ -168,13 +240,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 common.spread([r["samples_per_s"] for r in runs]),
                 common.spread([r["steady_samples_per_s"] for r in runs]),
                 common.spread([r["cpu_s_per_sample"] for r in runs]),
+                _steady_cpu(runs),
                 common.spread([r.get("overlapped_share", 0.0) for r in runs]),
                 f"{min(r['load_before'] for r in runs):.1f}-"
                 f"{max(r['load_after'] for r in runs):.1f}",
             ]
         )
-    headers = ["side", "samples/s (run)", "samples/s (steady)", "CPU s/sample",
-               "batches started beside another", "load"]  # fmt: skip
+    headers = ["side", "samples/s (run)", "samples/s (steady)", "CPU s/sample (run)",
+               "CPU s/sample (steady)", "batches started beside another", "load"]  # fmt: skip
     print("\nmedian (min-max) over runs:")
     print(common.table(headers, rows))
     payload = {"machine": common.machine_info(args.threads), "args": vars(args), "runs": results}

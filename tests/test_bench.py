@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -329,13 +330,15 @@ def test_async_bench_runs_both_sides_and_reports_accuracy_and_cpu_time(tmp_path)
 def test_agentic_overlap_bench_runs_and_reports_overlap(tmp_path) -> None:
     out = tmp_path / "overlap.json"
     proc = bench("bench_agentic_overlap.py", "--reps", "1", "--steps", "4", "--threads", "1",
-                 "--sides", "sync,async-2", "--slow-s", "0.5", "--json", str(out),
+                 "--sides", "sync,async-2,fill-2", "--slow-s", "0.5", "--json", str(out),
                  timeout=600)  # fmt: skip
     assert "| side | samples/s (run) | samples/s (steady) |" in proc.stdout
     runs = json.loads(out.read_text())["runs"]
-    for side in ("sync", "async-2"):
+    for side in ("sync", "async-2", "fill-2"):
         (run,) = runs[side]
         assert run["steps"] == 4 and run["steady_samples_per_s"] > 0 and run["cpu_s"] > 0
+        # The steady state's CPU time is part of the whole run's (Linux: read from /proc).
+        assert 0 < run["steady_cpu_s_per_sample"] * 32 < run["cpu_s"]
     assert runs["async-2"][0]["overlapped_share"] > 0  # batches 1 and 2 started together
     assert "overlapped_share" not in runs["sync"][0]
 
@@ -372,3 +375,29 @@ def test_lora_child_trains_adapters_without_a_reference_copy(model_dir) -> None:
     for result in (lora, full):
         assert result["train_peak_mib"] >= result["rss_loaded_mib"] > 50
         assert result["step_s"] > 0 and result["step_cpu_s"] > 0
+
+
+def test_overlap_bench_counts_the_cpu_time_of_a_process_and_its_children() -> None:
+    if not Path("/proc/self/stat").is_file():
+        pytest.skip("reads /proc")
+    sys.path.insert(0, str(BENCH))
+    try:
+        import bench_agentic_overlap as overlap
+    finally:
+        sys.path.remove(str(BENCH))
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time\nend = time.process_time() + 0.5\n"
+         "while time.process_time() < end: pass\ntime.sleep(30)"]
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20  # until the child has done its busy half second
+        while (overlap.tree_cpu_s(child.pid) or 0.0) < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        own = time.process_time()
+        # This process's CPU time, plus the child's half second of busy work.
+        assert overlap.tree_cpu_s(os.getpid()) >= own + 0.45
+        assert overlap.tree_cpu_s(child.pid) == pytest.approx(0.5, abs=0.2)
+    finally:
+        child.kill()
+        child.wait()
+    assert overlap.tree_cpu_s(10**9) is None  # no such process

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from areno_core.testing import run_areno
+from areno_core.testing import areno_exit_code, run_areno
 
 pytestmark = pytest.mark.usefixtures("installed_plugins_only")
 
@@ -228,3 +229,56 @@ def test_killing_the_rollout_worker_ends_the_run_with_a_clear_error(tmp_path, rl
     text = out.decode()
     assert proc.returncode != 0
     assert "the rollout worker" in text and "was killed by a signal" in text, text[-2000:]
+
+
+def _fill_args(rl_args: list[str]) -> list[str]:
+    # One sample in 16 (the first of prompts 0, 4, 8...: one per batch) waits 2 s in a pretend
+    # tool call, so each batch has a straggler that its step need not wait for.
+    agent = REPO / "tests" / "fixtures" / "seeded_agent.py"
+    return [*rl_args, "--async-rollout", "--max-staleness", "2", "--max-inflight-batches",
+            "2", "--rollout-threads", "1", "--agent-fn", str(agent),
+            "--step-fill", "completion"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_completion_fill_trains_steps_without_waiting_for_the_straggler(
+    tmp_path, rl_args, monkeypatch, capsys
+):
+    monkeypatch.setenv("SEEDED_AGENT_SLOW_EVERY", "16")
+    monkeypatch.setenv("SEEDED_AGENT_SLOW_S", "2")
+    run = tmp_path / "run"
+    common = [*_fill_args(rl_args), "--save-path", str(run), "--save-interval", "1"]
+    one_thread_run(*common, "--max-steps", "3")
+    first = history(run / "tensorboard")
+    assert [r["step"] for r in first] == [1, 2, 3]
+    # Step 1 took groups of step 2's rows while prompt 0 was still in its tool call.
+    early = first[0]["rollout/groups_early"]
+    assert early >= 1.0
+    # ...groups that came on their own: their batches were still out, held by the straggler.
+    assert first[0]["rollout/groups_streamed"] == 4.0
+    for r in first:
+        assert r["rollout/samples"] == 16.0  # 4 groups of 4, whichever rows they came from
+        assert r["rollout/staleness_max"] <= 2.0 and r["rollout/stale_dropped"] == 0.0
+    saved = torch.load(run / "step_1" / "trainer_state.pt", weights_only=True)
+    fill = saved["trainer_state"]["rollout"]["fill"]
+    owed = sorted(i for _, indices, _ in fill["owed"] for i in indices)
+    ahead = sorted(i for _, indices in fill["ahead"] for i in indices)
+    # Step 1 trained 4 groups: the rows of step 1 (prompts 0-3) it did not train are owed,
+    # and the rows of step 2 (prompts 4-7) it trained are recorded as trained ahead.
+    assert len(owed) == len(ahead) == early
+    assert 0 in owed and set(owed) <= {0, 1, 2, 3} and set(ahead) <= {4, 5, 6, 7}
+
+    # Resume from step 1. The fill is one of the options a resume keeps (the owed rows would
+    # be lost without it): changing it is refused before anything is loaded.
+    for later in ("step_2", "step_3"):
+        shutil.rmtree(run / later)
+    resume = ["train", "--save-path", str(run), "--resume", "auto", "--max-steps", "3"]
+    assert areno_exit_code(*resume, "--step-fill", "batch") == 2
+    assert "changes --step-fill 'completion' -> 'batch'" in capsys.readouterr().err
+    assert not (run / "step_2").exists()
+    one_thread_run(*resume)  # every other option as the saved run had it
+    steps = history(run / "tensorboard")
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    # The owed rows went out first, and were trained by the resumed steps.
+    assert sum(r["rollout/groups_late"] for r in steps[1:]) >= len(owed)
+    assert all(r["rollout/samples"] == 16.0 for r in steps)

@@ -77,6 +77,8 @@ def emitted(tmp_path_factory) -> set[str]:
                     "--async-rollout", "--behaviour-weight-cap", "2", "--max-inflight-batches", "2",
                     "--agent-fn", str(SEEDED_AGENT)]  # fmt: skip
     keys |= run_and_collect(asynchronous, root / "async")
+    # Steps filled by the first groups to finish (rollout/groups_*, rollout/buffered_groups).
+    keys |= run_and_collect([*asynchronous, "--step-fill", "completion"], root / "fill")
     set_registry(None)
     return keys
 

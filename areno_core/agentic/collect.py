@@ -24,6 +24,7 @@ splitting them would hide which rule applies when.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import threading
@@ -267,16 +268,37 @@ def collect_agentic_groups(
     max_concurrency: int | None = None,
     model: Any = None,
     engine_lock: threading.Lock | None = None,
+    on_group: Callable[[TrajectoryGroup], None] | None = None,
 ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
     """Run ``agent_fn`` on ``items`` x ``n_samples`` and return trajectory groups and metrics.
 
     ``model`` scores tool-result tokens for ``train_tool_results`` (default: ``engine.model``).
     ``engine_lock``, when given, is held around every use of the engine and of ``model``:
     calls that run at once (batches in flight together) pass the same lock.
+
+    ``on_group``, when given, receives each group as soon as every sample of its prompt is
+    finished by ``ctx.run_each``, built, checked and scored while the agent still runs the
+    others (see :class:`_GroupStream`); those groups are not returned again. The metrics
+    cover every group of the step, streamed or returned.
     """
     engine_lock = engine_lock if engine_lock is not None else threading.Lock()
     _refuse_if_agents_pile_up()
     started = time.perf_counter()
+    scoring = model if model is not None else getattr(engine, "model", None)
+    stream = None
+    if on_group is not None:
+        stream = _GroupStream(
+            items,
+            n_samples,
+            on_group,
+            tokenizer=tokenizer,
+            scorer=scorer,
+            sampling=sampling,
+            train_tool_results=train_tool_results,
+            max_context_len=max_context_len,
+            scoring=scoring,
+            engine_lock=engine_lock,
+        )
     run = _run_agent(
         items,
         agent_fn,
@@ -292,10 +314,19 @@ def collect_agentic_groups(
         n_samples=n_samples,
         timeout_s=timeout_s,
         max_concurrency=max_concurrency,
+        stream=stream,
     )
     agent_done = time.perf_counter()
+    if stream is not None:
+        stream.raise_failure()
     leaves, problems = _collect_leaves(run.outcome, run.items)
     samples = _group_leaves(leaves, run.items, problems)
+    claims: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    streamed = _Streamed()
+    if stream is not None:
+        streamed = stream.done
+        claims = stream.claims
+        samples = {k: s for k, s in samples.items() if k[0] not in streamed.prompts}
     built, counts, first_error = _build(
         samples,
         items,
@@ -304,18 +335,154 @@ def collect_agentic_groups(
         run.records,
         max_context_len,
         completed=run.outcome.completed,
+        claims=claims,
     )
-    _report_failures(run, samples, built, counts, problems, first_error)
+    _report_failures(run, samples, built, counts, problems, first_error, kept=len(streamed.built))
     if train_tool_results:
-        scoring = model if model is not None else getattr(engine, "model", None)
         with engine_lock:
             _score_tool_tokens(built, scoring, sampling)
     reward_errors = _reward(built, scorer, tokenizer, items, run.records)
     rewarded = time.perf_counter()
     groups = _groups(items, built)
-    metrics = _metrics(groups, items, built, counts, problems, run, reward_errors)
+    for name, count in streamed.counts.items():
+        counts[name] += count
+    metrics = _metrics(
+        streamed.groups + groups,
+        items,
+        streamed.built + built,
+        counts,
+        streamed.problems + problems,
+        run,
+        reward_errors + streamed.reward_errors,
+    )
     metrics.update({"time/agent": agent_done - started, "time/reward": rewarded - agent_done})
     return groups, metrics
+
+
+@attrs.define
+class _Streamed:
+    """What :class:`_GroupStream` handed on before the agent returned."""
+
+    prompts: set[int] = attrs.Factory(set)
+    """The prompt indices whose samples were all finished (handed on, or all dropped)."""
+    groups: list[TrajectoryGroup] = attrs.Factory(list)
+    built: list[_Built] = attrs.Factory(list)
+    counts: dict[str, float] = attrs.Factory(dict)
+    problems: list[str] = attrs.Factory(list)
+    reward_errors: int = 0
+
+
+class _GroupStream:
+    """Hands on each prompt's group once ``ctx.run_each`` has finished all of its samples.
+
+    Called on the thread that waits for the agent (:func:`run_agent_fn`'s ``progress``): it
+    reads ``ctx.finished``, and for each prompt whose ``n_samples`` results are all there it
+    builds the rows from a snapshot of the endpoint's records (every request of a finished
+    sample was served before it finished), checks them as the whole batch would be checked
+    (``claims`` carries the served choices claimed so far, so a choice claimed by two samples
+    of different groups still rejects the later one), scores them and calls ``on_group``.
+    Results given otherwise (returned or yielded by the agent function) are collected when
+    the agent returns, as without streaming.
+    """
+
+    def __init__(
+        self,
+        items: Sequence[PromptItem],
+        n_samples: int,
+        on_group: Callable[[TrajectoryGroup], None],
+        *,
+        tokenizer: Any,
+        scorer: RewardScorer,
+        sampling: SamplingParams,
+        train_tool_results: bool,
+        max_context_len: int | None,
+        scoring: Any,
+        engine_lock: threading.Lock,
+    ) -> None:
+        self.items = list(items)
+        self.n_samples = n_samples
+        self.on_group = on_group
+        self.tokenizer = tokenizer
+        self.scorer = scorer
+        self.sampling = sampling
+        self.train_tool_results = train_tool_results
+        self.max_context_len = max_context_len
+        self.scoring = scoring
+        self.engine_lock = engine_lock
+        self.claims: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        self.done = _Streamed(
+            counts=dict.fromkeys(("errors", "timeouts", "overflow", "mismatches"), 0.0)
+        )
+        self._seen = 0
+        self._leaves: dict[int, list[Any]] = {}
+        self._finished: dict[int, set[int]] = {}
+        self._failure: BaseException | None = None
+
+    def poll(self, ctx: AgentContext, records: Mapping[str, ServedCompletion]) -> None:
+        """Hand on every group whose samples are all finished by now."""
+        if self._failure is not None:
+            return
+        try:
+            self._poll(ctx, records)
+        except BaseException as exc:  # raised on the step's thread once the agent is done
+            self._failure = exc
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _poll(self, ctx: AgentContext, records: Mapping[str, ServedCompletion]) -> None:
+        finished = list(ctx.finished)
+        ready: list[int] = []
+        for result in finished[self._seen :]:
+            found: list[Any] = []
+            _leaves(result, found, [])
+            if not found:
+                continue
+            for leaf in found:
+                self._leaves.setdefault(leaf.item.prompt_index, []).append(leaf)
+            prompt, sample = found[0].item.key  # the sample run_each finished
+            samples = self._finished.setdefault(prompt, set())
+            samples.add(sample)
+            if len(samples) == self.n_samples and prompt not in self.done.prompts:
+                ready.append(prompt)
+        self._seen = len(finished)
+        if not ready:
+            return
+        snapshot = dict(records)
+        for prompt in ready:
+            self._hand_on(prompt, snapshot)
+
+    def _hand_on(self, prompt: int, records: Mapping[str, ServedCompletion]) -> None:
+        done = self.done
+        done.prompts.add(prompt)
+        problems: list[str] = []
+        agent_items = [leaf.item for leaf in self._leaves[prompt]]
+        by_key = {item.key: item for item in agent_items}
+        samples = _group_leaves(self._leaves[prompt], list(by_key.values()), problems)
+        built, counts, _ = _build(
+            samples,
+            self.items,
+            self.tokenizer,
+            self.train_tool_results,
+            records,
+            self.max_context_len,
+            completed=False,
+            claims=self.claims,
+        )
+        for name, count in counts.items():
+            done.counts[name] += count
+        done.problems.extend(problems)
+        if not built:
+            return
+        if self.train_tool_results:
+            with self.engine_lock:
+                _score_tool_tokens(built, self.scoring, self.sampling)
+        done.reward_errors += _reward(built, self.scorer, self.tokenizer, self.items, records)
+        done.built.extend(built)
+        for group in _groups([i for i in self.items if i.index == prompt], built):
+            done.groups.append(group)
+            self.on_group(group)
 
 
 @attrs.define
@@ -359,9 +526,10 @@ def _run_agent(
     n_samples: int,
     timeout_s: float,
     max_concurrency: int | None,
+    stream: _GroupStream | None = None,
 ) -> _AgentRun:
     """Start the step's endpoint (``server``), run the agent against it to its deadline, and
-    keep what the endpoint served."""
+    keep what the endpoint served (``stream``: hand on groups as their samples finish)."""
     with server:
         agent_items = _agent_items(items, n_samples, server.sample_base_url)
         batch = AgentBatch(items=tuple(agent_items), n_samples=n_samples)
@@ -372,7 +540,11 @@ def _run_agent(
             max_concurrency=max_concurrency or max(1, len(agent_items)),
             timeout_s=timeout_s,
         )
-        outcome = run_agent_fn(agent_fn, ctx, batch, timeout_s=timeout_s)
+        progress = None
+        if stream is not None:
+            progress = functools.partial(stream.poll, ctx, server.records)
+        # Groups whose last sample finishes after the last call are returned, not handed on.
+        outcome = run_agent_fn(agent_fn, ctx, batch, timeout_s=timeout_s, progress=progress)
     # Samples cancelled by the agent's deadline get their grace now; the others had theirs.
     blocked = still_blocked(ctx.sample_threads, 0.5 if outcome.completed else ISOLATED_GRACE_S)
     return _AgentRun(
@@ -392,6 +564,8 @@ def _report_failures(
     counts: dict[str, float],
     problems: list[str],
     first_error: str | None,
+    *,
+    kept: int = 0,
 ) -> None:
     """Log what went wrong with the agent's results and count the samples a failed agent left
     unfinished as timeouts; raise :class:`AgentError` when no sample survived a failure."""
@@ -413,7 +587,7 @@ def _report_failures(
         counts["timeouts"] += missing if outcome.timed_out else 0
         logger.warning(
             "the agent function failed (%d of %d samples kept):\n%s",
-            len(built),
+            len(built) + kept,
             len(run.items),
             outcome.error,
         )
@@ -429,7 +603,7 @@ def _report_failures(
             outcome.blocked_s,
             outcome.longest_block_s,
         )
-    if not built and (counts["errors"] or counts["mismatches"] or problems):
+    if not built and not kept and (counts["errors"] or counts["mismatches"] or problems):
         failed = counts["errors"] + counts["mismatches"]
         raise AgentError(
             f"no agentic sample survived this step ({failed:.0f} of {len(run.items)} "
@@ -495,6 +669,7 @@ def _build(
     max_context_len: int | None,
     *,
     completed: bool = True,
+    claims: dict[tuple[str, int], list[tuple[int, int]]] | None = None,
 ) -> tuple[list[_Built], dict[str, float], str | None]:
     """The rows of every sample that is kept, the counts of those dropped (errors, timeouts,
     rows over ``max_context_len``, mismatches with the records) and the first error."""
@@ -503,7 +678,7 @@ def _build(
     first_error: str | None = None
     first_mismatch: str | None = None
     served = _served_by_sample(records)
-    mismatches = _verify(samples, items, records, served)
+    mismatches = _verify(samples, items, records, served, claims)
     for key, sample in samples.items():
         if key in mismatches:
             counts["mismatches"] += 1
@@ -659,6 +834,7 @@ def _verify(
     items: Sequence[PromptItem],
     records: Mapping[str, ServedCompletion],
     served: Mapping[tuple[int, int], Sequence[ServedCompletion]],
+    claims: dict[tuple[str, int], list[tuple[int, int]]] | None = None,
 ) -> dict[tuple[int, int], str]:
     """Why samples are rejected, by sample key:
 
@@ -672,10 +848,13 @@ def _verify(
 
     Agents that write their own prompts (not the loader's messages) pass the last check.
     Samples without turns are built from their own URL's records, which need only the last.
+
+    ``claims``, when given, holds the choices claimed by samples checked earlier in the step
+    (groups handed on as they finished); it is read and extended.
     """
     views: dict[tuple[int, int], list[TurnTokens]] = {}
     rejected: dict[tuple[int, int], str] = {}
-    claims: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    claims = {} if claims is None else claims
     firsts: dict[tuple[int, int], ServedCompletion] = {}
     for key, sample in samples.items():
         if sample.failure is not None:
@@ -703,6 +882,8 @@ def _verify(
     for (rid, index), owners in claims.items():
         if len(owners) > 1:
             for key in owners:
+                if key not in samples:
+                    continue  # a sample of a group handed on earlier
                 rejected.setdefault(
                     key,
                     f"sample {key}: choice {index} of response {rid!r} is used by "

@@ -37,6 +37,8 @@ logger = get_logger(__name__)
 # A loop that misses its heartbeat by more than this counts as blocked.
 BLOCK_THRESHOLD_S = 0.2
 HEARTBEAT_S = 0.05
+# How often a waiting caller's ``progress`` callback runs.
+PROGRESS_S = 0.05
 
 _abandoned: list[threading.Thread] = []
 _abandoned_lock = threading.Lock()  # batches in flight at once may abandon and count together
@@ -114,6 +116,17 @@ async def _main(agent_fn: Callable[..., Any], ctx: Any, batch: Any, state: _Stat
         watchdog.cancel()
 
 
+def _wait(done: threading.Event, deadline: float, progress: Callable[[], None] | None) -> bool:
+    """Wait for ``done`` until ``deadline`` (monotonic), calling ``progress`` meanwhile."""
+    if progress is None:
+        return done.wait(max(0.0, deadline - time.monotonic()))
+    while not done.wait(max(0.0, min(PROGRESS_S, deadline - time.monotonic()))):
+        if time.monotonic() >= deadline:
+            return False
+        progress()
+    return True
+
+
 def run_agent_fn(
     agent_fn: Callable[..., Any],
     ctx: Any,
@@ -121,9 +134,13 @@ def run_agent_fn(
     *,
     timeout_s: float,
     grace_s: float = 2.0,
+    progress: Callable[[], None] | None = None,
 ) -> AgentOutcome:
     """Run ``agent_fn(ctx, batch)`` to completion or to its deadline (see the module
-    docstring). Never raises for what the agent does; errors are in the outcome."""
+    docstring). Never raises for what the agent does; errors are in the outcome.
+
+    ``progress``, when given, is called on the waiting thread about every
+    ``PROGRESS_S`` seconds while the agent runs (its time counts against the deadline)."""
     outcome = AgentOutcome()
     state = _State(outcome, last_beat=time.monotonic())
     done = threading.Event()
@@ -140,7 +157,7 @@ def run_agent_fn(
     started = time.monotonic()
     thread = threading.Thread(target=target, name="areno-agent", daemon=True)
     thread.start()
-    if not done.wait(timeout_s):
+    if not _wait(done, started + timeout_s, progress):
         outcome.timed_out = True
         stuck = time.monotonic() - state.last_beat
         loop, task = state.loop, state.task

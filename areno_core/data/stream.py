@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -59,6 +60,18 @@ class DataStream:
             self.offset = 0
             self._order = None
         return [self.rows[i] for i in picked]
+
+    def batch_at(self, step: int) -> list[Any]:
+        """The rows of step ``step`` (counted from the run's start), wherever the stream is."""
+        if not 0 <= step < self.total_steps:
+            raise ValueError(f"step {step} is outside the run's {self.total_steps} steps")
+        other = copy.copy(self)
+        other.epoch, batch = divmod(step, self.steps_per_epoch)
+        other.offset = batch * self.batch_size
+        other._order = None
+        rows = other.next_batch()
+        assert rows is not None
+        return rows
 
     @functools.cached_property
     def fingerprint(self) -> str:

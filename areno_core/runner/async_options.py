@@ -9,10 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from areno_core.errors import ConfigError
+from areno_core.log import get_logger
 
 if TYPE_CHECKING:
     from areno_core.algorithm import AlgorithmSpec
     from areno_core.config import RunConfig
+
+logger = get_logger(__name__)
 
 
 def check_async_options(cfg: RunConfig, spec: AlgorithmSpec, explicit: set[str]) -> None:
@@ -20,7 +23,13 @@ def check_async_options(cfg: RunConfig, spec: AlgorithmSpec, explicit: set[str])
     if not cfg.async_rollout:
         given = sorted(
             explicit
-            & {"max_staleness", "rollout_threads", "proximal_logprobs", "max_inflight_batches"}
+            & {
+                "max_staleness",
+                "rollout_threads",
+                "proximal_logprobs",
+                "max_inflight_batches",
+                "step_fill",
+            }
         )
         if given:
             raise ConfigError(
@@ -44,6 +53,25 @@ def check_async_options(cfg: RunConfig, spec: AlgorithmSpec, explicit: set[str])
             f"--max-inflight-batches {cfg.max_inflight_batches} overlaps agentic batches in the "
             "rollout worker; it needs --agent-fn (other batches are rolled out one at a time)"
         )
+    if cfg.step_fill == "completion":
+        if cfg.agent_fn is None:
+            raise ConfigError(
+                "--step-fill completion trains each step on the first agentic groups to finish; "
+                "it needs --agent-fn (other batches finish all their groups at once)"
+            )
+        if cfg.max_staleness < 1:
+            raise ConfigError(
+                "--step-fill completion trains groups of rows sent ahead of the step, which "
+                f"--max-staleness {cfg.max_staleness} does not allow: use --max-staleness 1 or "
+                "more, or --step-fill batch"
+            )
+        if cfg.max_inflight_batches < 2:
+            logger.warning(
+                "--step-fill completion with --max-inflight-batches %d: a batch's slowest "
+                "episode still holds the worker, so steps have nothing else to train on and "
+                "run as with --step-fill batch; use --max-inflight-batches 2 or more",
+                cfg.max_inflight_batches,
+            )
     if cfg.max_staleness > 0 and not spec.decoupled:
         raise ConfigError(
             f"--algo {spec.name} does not declare the decoupled objective, so it cannot "

@@ -35,23 +35,27 @@ import contextlib
 import copy
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import attrs
 import torch
 
 from areno_core.data.stream import DataStream
 from areno_core.errors import ArenoError
 from areno_core.log import get_logger
 from areno_core.model import TrainableModel
+from areno_core.rollout.collect import merge_rollout_metrics
 from areno_core.rollout.sampling import draw_seed, seeded
 from areno_core.rollout.weights import pack_weights
 from areno_core.runner.async_options import check_async_options
 from areno_core.runner.boot import WorkerProcess
+from areno_core.runner.step_fill import CompletionFill
 from areno_core.runner.worker import (
     PIPE_CLOSED_ERRORS,
     Batch,
     Failed,
+    Group,
     Ready,
     Rollout,
     Stop,
@@ -62,6 +66,13 @@ from areno_core.runner.worker import (
 from areno_core.types import TrajectoryGroup
 
 logger = get_logger(__name__)
+
+STEP_FILLS = ("batch", "completion")
+"""``--step-fill``: a step trains on its own rows' groups, or on the first groups to finish."""
+
+# Batch metrics a completion-filled step reports as the largest of the batches that came back
+# during it (with the memory/* ones); merge_rollout_metrics sums the other counts.
+_LARGEST = frozenset({"rollout/inflight_batches"})
 
 # How often a waiting trainer also checks that the worker process is still alive.
 _POLL_S = 0.5
@@ -90,9 +101,17 @@ class AsyncRolloutRunner:
         agentic: bool = False,
         threads: int | None = None,
         process: WorkerProcess | None = None,
+        step_fill: str = "batch",
+        resume_state: Mapping[str, Any] | None = None,
     ) -> None:
         if max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+        if step_fill not in STEP_FILLS:
+            raise ValueError(f"step_fill must be one of {STEP_FILLS}, got {step_fill!r}")
+        if step_fill == "completion" and not agentic:
+            raise ValueError(
+                "step_fill 'completion' needs agentic rollout (groups finish together otherwise)"
+            )
         self.model = model
         self.stream = stream
         self.spec = spec
@@ -117,6 +136,10 @@ class AsyncRolloutRunner:
         self._saved_threads: int | None = None
         self._publish_s = 0.0
         self._early = process  # started before the run loaded anything (see runner.boot)
+        self._fill: CompletionFill | None = None
+        if step_fill == "completion":
+            self._fill = CompletionFill(stream.batch_size, (resume_state or {}).get("fill"))
+        self._broken: BaseException | None = None  # the reader thread could not file a message
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -236,26 +259,42 @@ class AsyncRolloutRunner:
             self._send(Weights(version, packed))
             self._published.append(version)
             self._publish_s += time.perf_counter() - started
+        if self._fill is not None:
+            self._send_owed(self._fill)
         last = min(self.model.step + self.max_staleness, self.max_steps - 1)
         while self._next_step <= last:
             rows = self._rows_ahead.next_batch()
             if rows is None:
                 break
             request = self._request(self._next_step, rows)
-            self._send(request)
+            if self._fill is None:
+                self._send(request)
+            else:
+                self._send_filling(self._fill, request)
             self._sent[request.step] = request
             self._next_step += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint needs of the rollout side (``--step-fill completion``: the rows
+        whose groups are owed or were trained ahead; nothing otherwise)."""
+        if self._fill is None:
+            return {}
+        with self._done:
+            return {"fill": self._fill.state_dict(self.model.step)}
 
     def __call__(
         self, rows: Sequence[dict[str, Any]], step: int
     ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
-        """The groups of step ``step`` (whose rows must be ``rows``) and their metrics."""
+        """The groups of step ``step`` (whose rows must be ``rows``) and their metrics; with
+        ``step_fill="completion"``, the first groups to finish (see :mod:`.step_fill`)."""
         self.sync_weights()
         request = self._sent.pop(step, None)
         if request is None or len(request.rows) != len(rows):
             raise RuntimeError(f"step {step}: its rows were never sent to the rollout worker")
         if any(a is not b for a, b in zip(request.rows, rows, strict=True)):
             raise RuntimeError(f"step {step}: the loop's rows differ from those rolled out")
+        if self._fill is not None:
+            return self._take_filling(self._fill, request)
         ready = len(self._buffer)
         started = time.perf_counter()
         batch = self._wait(step)
@@ -263,6 +302,11 @@ class AsyncRolloutRunner:
         self._consume_seed(request)
         groups, metrics = self._fresh(batch)
         metrics["rollout/buffered_batches"] = float(ready)
+        self._add_timing(metrics, waited)
+        return groups, metrics
+
+    def _add_timing(self, metrics: dict[str, float], waited: float) -> None:
+        """The step's wait, the weight publications since the last step, the policy lag."""
         metrics["time/rollout_wait"] = waited
         metrics["time/weight_sync"] = self._publish_s
         self._publish_s = 0.0
@@ -270,6 +314,75 @@ class AsyncRolloutRunner:
             metrics["rollout/policy_lag"] = float(
                 self.model.optimizer_steps - metrics["rollout/policy_version"]
             )
+
+    # -- --step-fill completion -------------------------------------------------------------
+
+    def _send_owed(self, fill: CompletionFill) -> None:
+        """After a resume: roll out again the rows whose groups the checkpoint still owed."""
+        with self._done:
+            owed, fill.resumed_owed = fill.resumed_owed, []
+        for step, indices, seed in owed:
+            first = step * self.stream.batch_size
+            rows = self.stream.batch_at(step)
+            picked = [rows[i - first] for i in indices]
+            with self._done:
+                key = fill.owed_key()
+                fill.sent(key, step, indices, seed)
+            self._send(
+                Rollout(key, picked, self.spec.sampling, seed, indices=tuple(indices), stream=True)
+            )
+
+    def _send_filling(self, fill: CompletionFill, request: Rollout) -> None:
+        first = request.step * self.stream.batch_size
+        every = list(range(first, first + len(request.rows)))
+        with self._done:
+            indices = fill.to_send(request.step, every)
+            fill.sent(request.step, request.step, indices, request.agent_seed)
+        if not indices:
+            return  # every row of this step was trained before the resume
+        rows = request.rows
+        if indices != every:
+            rows = [rows[i - first] for i in indices]
+        self._send(
+            attrs.evolve(
+                request,
+                rows=rows,
+                indices=None if indices == every else tuple(indices),
+                stream=True,
+            )
+        )
+
+    def _take_filling(
+        self, fill: CompletionFill, request: Rollout
+    ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+        step = request.step
+        ready = len(fill.pool)
+        started = time.perf_counter()
+        with self._done:
+            self._wait_until(fill.ready)
+            if self._broken is not None:
+                raise RolloutWorkerError(f"a message of the rollout worker: {self._broken}")
+            if not fill.ready():
+                raise self._error(self._failed, f"while step {step + 1} waited for its rollouts")
+            taken, closed, streamed = fill.take(step)
+            pooled = len(fill.pool)
+        waited = time.perf_counter() - started
+        self._consume_seed(request)
+        groups, stale = self._fresh_groups([group for _, group in taken])
+        metrics = merge_rollout_metrics(closed, groups)
+        metrics.pop("rollout/policy_lag", None)  # the worker's own; recomputed below
+        for key in {k for m in closed for k in m if k in _LARGEST or k.startswith("memory/")}:
+            metrics[key] = max(m[key] for m in closed if key in m)  # not a sum over batches
+        metrics.update(stale)
+        metrics["rollout/groups_pooled"] = float(pooled)
+        metrics["rollout/groups_early"] = float(
+            sum(1 for key, _ in taken if key >= 0 and key > step)
+        )
+        metrics["rollout/groups_late"] = float(sum(1 for key, g in taken if key < 0 or key < step))
+        metrics["rollout/buffered_groups"] = float(ready)
+        metrics["rollout/groups_streamed"] = float(streamed)
+        self._add_timing(metrics, waited)
+        self._warn_stale(step, stale)
         return groups, metrics
 
     # -- internals ------------------------------------------------------------------------
@@ -290,10 +403,30 @@ class AsyncRolloutRunner:
 
     def _fresh(self, batch: Batch) -> tuple[list[TrajectoryGroup], dict[str, float]]:
         """Drop samples more than ``max_staleness`` versions behind; staleness metrics."""
+        kept, stale = self._fresh_groups(batch.groups)
+        metrics = dict(batch.metrics)
+        metrics.update(stale)
+        self._warn_stale(batch.step, stale)
+        return kept, metrics
+
+    def _warn_stale(self, step: int, stale: dict[str, float]) -> None:
+        if stale["rollout/stale_dropped"]:
+            logger.warning(
+                "step %d: dropped %d samples more than %d policy versions old",
+                step + 1,
+                int(stale["rollout/stale_dropped"]),
+                self.max_staleness,
+            )
+
+    def _fresh_groups(
+        self, groups: Sequence[TrajectoryGroup]
+    ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+        """``groups`` without those more than ``max_staleness`` versions behind, and the
+        ``rollout/stale*`` metrics."""
         index = {version: i for i, version in enumerate(self._published)}
         now = len(self._published) - 1
         kept, lags, dropped = [], [], 0
-        for group in batch.groups:
+        for group in groups:
             unknown = {t.policy_version for t in group.trajectories} - set(index)
             if unknown:
                 raise RuntimeError(f"samples of policy versions never published: {unknown}")
@@ -303,18 +436,10 @@ class AsyncRolloutRunner:
                 continue
             kept.append(group)
             lags.extend(group_lags)
-        metrics = dict(batch.metrics)
-        metrics["rollout/stale_dropped"] = float(dropped)
+        metrics = {"rollout/stale_dropped": float(dropped)}
         if lags:
             metrics["rollout/staleness_mean"] = sum(lags) / len(lags)
             metrics["rollout/staleness_max"] = float(max(lags))
-        if dropped:
-            logger.warning(
-                "step %d: dropped %d samples more than %d policy versions old",
-                batch.step + 1,
-                dropped,
-                self.max_staleness,
-            )
         return kept, metrics
 
     def _send(self, message: Any) -> None:
@@ -334,23 +459,37 @@ class AsyncRolloutRunner:
             except PIPE_CLOSED_ERRORS:
                 message = None
             with self._done:
-                if isinstance(message, Batch):
+                if self._fill is not None and isinstance(message, Group | Batch):
+                    try:
+                        if isinstance(message, Group):
+                            self._fill.arrived(message.step, message.group)
+                        else:
+                            self._fill.closed(message.step, message.groups, message.metrics)
+                    except Exception as exc:  # raised by the step that waits
+                        self._broken = exc
+                        self._exited = True
+                        message = None
+                elif isinstance(message, Batch):
                     self._buffer[message.step] = message
                 elif isinstance(message, Failed):
                     self._failed = message
                 else:
                     self._exited = True
                 self._done.notify_all()
-            if not isinstance(message, Batch):
+            if not isinstance(message, Batch | Group):
                 return
+
+    def _wait_until(self, done: Callable[[], bool]) -> None:
+        """Wait (holding ``self._done``) until ``done()``, or the worker failed or exited."""
+        while not done() and self._failed is None and not self._exited:
+            self._done.wait(_POLL_S)
+            if not done() and not self._process.is_alive():
+                self._done.wait(_POLL_S)  # let the reader take a last message
+                self._exited = True
 
     def _wait(self, step: int) -> Batch:
         with self._done:
-            while step not in self._buffer and self._failed is None and not self._exited:
-                self._done.wait(_POLL_S)
-                if step not in self._buffer and not self._process.is_alive():
-                    self._done.wait(_POLL_S)  # let the reader take a last message
-                    self._exited = True
+            self._wait_until(lambda: step in self._buffer)
             batch = self._buffer.pop(step, None)
         if batch is None:
             raise self._error(self._failed, f"while step {step + 1} waited for its rollouts")

@@ -132,6 +132,8 @@ class RolloutRunner:
         *,
         sampling: SamplingParams | None = None,
         generator: torch.Generator | None = None,
+        indices: Sequence[int] | None = None,
+        on_group: Callable[[TrajectoryGroup], None] | None = None,
     ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
         """The groups of one step (``n_samples`` scored samples per row) and their metrics.
 
@@ -139,15 +141,26 @@ class RolloutRunner:
         ``rollout_generator``; the asynchronous worker passes each batch's own, so batches in
         flight at once share no per-batch state. Overlapping calls (agentic batches only)
         share one engine session: the first opens it, the last closes it.
+
+        ``indices`` are the rows' prompt indices (default: the step's, ``step x batch_size``
+        on). ``on_group`` (agentic runs in one process only) receives each group as soon as
+        its samples are done, instead of in the returned list (see
+        :func:`~areno_core.agentic.collect.collect_agentic_groups`).
         """
         sampling = self.sampling if sampling is None else sampling
         generator = self.model.rollout_generator if generator is None else generator
-        items = [prompt_item(step * self.batch_size + i, row) for i, row in enumerate(rows)]
+        if indices is None:
+            indices = range(step * self.batch_size, step * self.batch_size + len(rows))
+        if len(indices) != len(rows):
+            raise ValueError(f"{len(indices)} prompt indices for {len(rows)} rows")
+        if on_group is not None and (self.agent is None or self.placement.size > 1):
+            raise ValueError("groups are handed on one by one only by agentic runs in one process")
+        items = [prompt_item(index, row) for index, row in zip(indices, rows, strict=True)]
         start, stop = self.placement.share(len(items))
         self.sync_weights()  # a no-op unless an evaluation's release dropped the weights
         with self._optimizer_offloaded(), self._shared_session():
             if self.agent is not None:
-                groups, metrics = self._agentic(items[start:stop], sampling, generator)
+                groups, metrics = self._agentic(items[start:stop], sampling, generator, on_group)
             else:
                 groups, metrics = collect_groups(
                     items[start:stop],
@@ -168,7 +181,9 @@ class RolloutRunner:
             self.model.optimizer_steps - metrics.get("rollout/policy_version", 0.0)
         )
         uniform = [g for g in groups if len(set(g.rewards)) <= 1]
-        metrics["rollout/uniform_groups"] = float(len(uniform))
+        metrics["rollout/uniform_groups"] = float(len(uniform)) + metrics.pop(
+            "rollout/uniform_groups_streamed", 0.0
+        )
         if self.drop_uniform_groups:
             groups = [g for g in groups if len(set(g.rewards)) > 1]
         return groups, metrics
@@ -211,11 +226,30 @@ class RolloutRunner:
                 move_optimizer_state(optimizers, device)
 
     def _agentic(
-        self, items: list[Any], sampling: SamplingParams, generator: torch.Generator
+        self,
+        items: list[Any],
+        sampling: SamplingParams,
+        generator: torch.Generator,
+        on_group: Callable[[TrajectoryGroup], None] | None = None,
     ) -> tuple[list[TrajectoryGroup], dict[str, float]]:
 
         agent = self.agent
         assert agent is not None
+        handed_on = None
+        uniform_streamed = 0
+        if on_group is not None:
+
+            def handed_on(group: TrajectoryGroup) -> None:
+                nonlocal uniform_streamed
+                version = self.engine.policy_version  # fixed while the batch runs
+                for trajectory in group.trajectories:
+                    trajectory.policy_version = version
+                if len(set(group.rewards)) <= 1:
+                    uniform_streamed += 1
+                    if self.drop_uniform_groups:
+                        return
+                on_group(group)
+
         groups, metrics = collect_agentic_groups(
             items,
             **attrs.asdict(agent, recurse=False),  # the agent and its options, by name
@@ -228,7 +262,10 @@ class RolloutRunner:
             generator=generator,
             model=self.placement.policy,
             engine_lock=self.engine_lock,
+            on_group=handed_on,
         )
+        if on_group is not None:
+            metrics["rollout/uniform_groups_streamed"] = float(uniform_streamed)
         # Every turn of this step was served by the engine at its current version.
         version = self.engine.policy_version
         for group in groups:

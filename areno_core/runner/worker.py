@@ -10,7 +10,8 @@ agent, inside an ordinary :class:`~areno_core.runner.rollout.RolloutRunner`, the
                         Rollout(step, rows, ...)    a batch to sample, score and group
                         Stop()
     worker -> trainer   Ready(pid), then Batch(step, groups, metrics) per request,
-                        or Failed(error) once, before it exits
+                        each preceded by Group(step, group) for the groups it sent early
+                        (requests with ``stream``), or Failed(error) once, before it exits
 
 Before each batch the worker reads every message that has arrived and loads the newest weights
 among them (older ones are skipped), so a batch is always sampled by the freshest policy the
@@ -86,6 +87,12 @@ class Rollout:
     rows: list[dict[str, Any]]
     sampling: SamplingParams
     agent_seed: int | None = None
+    indices: tuple[int, ...] | None = None
+    """The rows' prompt indices, when they are not the step's (rows rolled out again after
+    a resume: see :class:`~areno_core.runner.step_fill.CompletionFill`)."""
+    stream: bool = False
+    """Send each group as soon as its samples are done (:class:`Group`), not only in the
+    batch (agentic batches, ``--step-fill completion``)."""
 
 
 @attrs.frozen
@@ -96,6 +103,15 @@ class Stop:
 @attrs.frozen
 class Ready:
     pid: int
+
+
+@attrs.frozen
+class Group:
+    """One group of request ``step``, sent as soon as its samples were done; the request's
+    :class:`Batch` follows with the groups not sent this way and the metrics of all."""
+
+    step: int
+    group: TrajectoryGroup
 
 
 @attrs.frozen
@@ -286,10 +302,21 @@ class _InFlight:
         if request.agent_seed is not None:
             generator = torch.Generator().manual_seed(request.agent_seed)
 
+        on_group = None
+        if request.stream:
+
+            def on_group(group: TrajectoryGroup) -> None:
+                self.mailbox.post(Group(request.step, group))
+
         def run() -> None:
             try:
                 groups, metrics = self.runner(
-                    request.rows, request.step, sampling=request.sampling, generator=generator
+                    request.rows,
+                    request.step,
+                    sampling=request.sampling,
+                    generator=generator,
+                    indices=request.indices,
+                    on_group=on_group,
                 )
             except BaseException as exc:  # handed to the serving loop, which raises it
                 self.mailbox.post(_Finished(request.step, error=exc))
@@ -332,6 +359,8 @@ def serve(runner: Any, mailbox: Mailbox, outbox: Connection, *, max_inflight: in
                 if newest is None:
                     waiting_since = time.perf_counter()
                 newest = message
+            elif isinstance(message, Group):  # posted by a batch in flight
+                outbox.send(message)
             elif isinstance(message, _Finished):
                 inflight.finish(message.step)
                 if message.error is not None:
@@ -390,6 +419,7 @@ def worker_main(spec: WorkerSpec, inbox: Connection, outbox: Connection) -> None
 __all__ = [
     "Batch",
     "Failed",
+    "Group",
     "Mailbox",
     "PublishedWeights",
     "Ready",

@@ -19,7 +19,7 @@ from areno_core.errors import ConfigError
 from areno_core.registry import get_registry
 from areno_core.rollout.sampling import seeded
 from areno_core.runner.async_rollout import AsyncRolloutRunner, check_async_options
-from areno_core.runner.worker import Batch, WorkerSpec
+from areno_core.runner.worker import Batch, Group, WorkerSpec
 from areno_core.types import PromptItem, SamplingParams, Trajectory, TrajectoryGroup
 
 pytestmark = pytest.mark.usefixtures("installed_plugins_only")
@@ -167,3 +167,103 @@ def test_batches_arriving_out_of_step_order_wait_in_the_buffer_for_their_step():
     worker_end.close()
     run._reader.join(timeout=5)
     run._from_worker.close()
+
+
+# -- --step-fill completion ------------------------------------------------------------------
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def send(self, message: object) -> None:
+        self.sent.append(message)
+
+
+def test_completion_fill_resumes_owed_rows_first_skips_rows_trained_ahead_and_fills_by_arrival():
+    rows = [{"prompt": str(i)} for i in range(6)]
+    stream = DataStream(rows, 2, seed=0, epochs=2)
+    stream.load_state_dict({"epoch": 0, "offset": 2})  # resumed after step 0 (of 6)
+    model = SimpleNamespace(
+        step=1,
+        optimizer_steps=1,
+        rollout_generator=torch.Generator().manual_seed(5),
+        policy=torch.nn.Linear(2, 2),
+    )
+    resume = {"fill": {"owed": [[0, [1], 77], [0, [0], 77]], "ahead": [[1, [3]]]}}
+    run = AsyncRolloutRunner(
+        model, stream, SPEC, max_staleness=1, max_steps=6, agentic=True,
+        step_fill="completion", resume_state=resume,
+    )  # type: ignore[arg-type]  # fmt: skip
+    run._process = SimpleNamespace(is_alive=lambda: True, pid=1)
+    run._to_worker = outbox = Outbox()
+    run.sync_weights()
+    owed, other, step1, step2 = outbox.sent[1:]
+    assert (other.step, other.indices) == (-2, (0,))
+    # The owed row (prompt 1 of step 0) goes first, under a key of its own and its old seed.
+    assert (owed.step, owed.indices, owed.agent_seed, owed.stream) == (-1, (1,), 77, True)
+    assert owed.rows == [stream.batch_at(0)[1]]
+    # Step 1 without prompt 3, trained before the resume; step 2 whole.
+    assert (step1.step, step1.indices, step1.rows) == (1, (2,), [stream.batch_at(1)[0]])
+    assert (step2.step, step2.indices, len(step2.rows), step2.stream) == (2, None, 2, True)
+
+    run._published = [1]
+    run._from_worker, worker_end = Pipe(duplex=False)
+    run._reader = threading.Thread(target=run._read, daemon=True)
+    run._reader.start()
+    # Prompt 0's samples all failed: its batch comes back empty (first, so that the step,
+    # which takes its groups once two are in, sees it).
+    worker_end.send(Batch(-2, [], {"rollout/agent_errors": 2.0, "rollout/inflight_batches": 1.0,
+                                   "memory/rollout_state_mib": 5.0}))  # fmt: skip
+    worker_end.send(Group(2, group(4, 1)))  # step 2's first group finishes first
+    worker_end.send(Batch(-1, [group(1, 1)], {"rollout/agent_errors": 1.0,
+                                              "rollout/inflight_batches": 2.0,
+                                              "memory/rollout_state_mib": 3.0}))  # fmt: skip
+    groups, metrics = run(stream.next_batch(), 1)
+    assert [g.item.index for g in groups] == [4, 1]
+    assert metrics["rollout/groups_early"] == 1.0 and metrics["rollout/groups_late"] == 1.0
+    # The batches that came back meanwhile: counts add up, the rest is the largest.
+    assert metrics["rollout/agent_errors"] == 3.0
+    assert metrics["rollout/inflight_batches"] == 2.0
+    assert metrics["memory/rollout_state_mib"] == 5.0
+    assert metrics["rollout/groups_streamed"] == 1.0  # prompt 4's group, before its batch
+    assert metrics["rollout/samples"] == 4.0 and metrics["rollout/stale_dropped"] == 0.0
+    # Saved after the step: prompt 2 (step 1, passed) is owed; step 2 had prompt 4 trained
+    # ahead (and step 1's prompt 3, trained before the resume, is no longer a later step's).
+    model.step = 2
+    assert run.state_dict() == {"fill": {"owed": [[1, [2], step1.agent_seed]],
+                                         "ahead": [[2, [4]]]}}  # fmt: skip
+    worker_end.close()
+    run._reader.join(timeout=5)
+    run._from_worker.close()
+
+
+def test_completion_fill_needs_an_agentic_run():
+    with pytest.raises(ValueError, match="needs agentic rollout"):
+        AsyncRolloutRunner(
+            SimpleNamespace(step=0, rollout_generator=torch.Generator()),
+            DataStream([{}], 1, seed=0, epochs=1), SPEC, max_staleness=1, max_steps=1,
+            step_fill="completion",
+        )  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_step_fill_completion_needs_an_agent_and_room_for_rows_sent_ahead():
+    agent = {"async_rollout": True, "agent_fn": "agent.py", "step_fill": "completion"}
+    with pytest.raises(ConfigError, match="--step-fill completion .* needs --agent-fn"):
+        _check({"async_rollout": True, "step_fill": "completion"}, explicit={"step_fill"})
+    with pytest.raises(ConfigError, match="--max-staleness 0 does not allow"):
+        _check({**agent, "max_staleness": 0}, explicit={"step_fill"})
+    with pytest.raises(ConfigError, match="--step-fill applies to asynchronous rollout"):
+        _check({"step_fill": "completion"}, explicit={"step_fill"})
+    _check({**agent, "max_inflight_batches": 2}, explicit={"step_fill"})
+
+
+def test_step_fill_completion_with_one_batch_in_flight_says_it_gains_nothing(caplog):
+    options = {"async_rollout": True, "agent_fn": "agent.py", "step_fill": "completion"}
+    with caplog.at_level("WARNING", logger="areno"):
+        _check(options, explicit={"step_fill"})
+    assert "--step-fill completion with --max-inflight-batches 1" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="areno"):
+        _check({**options, "max_inflight_batches": 2}, explicit={"step_fill"})
+    assert "--step-fill" not in caplog.text

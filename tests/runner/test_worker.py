@@ -16,6 +16,7 @@ from areno_core.rollout.weights import pack_weights
 from areno_core.runner import worker
 from areno_core.runner.worker import (
     Batch,
+    Group,
     Mailbox,
     PublishedWeights,
     Rollout,
@@ -50,18 +51,23 @@ class FakeRunner:
         self.sampled_with: list[tuple[int, int | None]] = []
         self.sampling_of: dict[int, SamplingParams] = {}
         self.generator_of: dict[int, torch.Generator | None] = {}
+        self.indices_of: dict[int, tuple[int, ...] | None] = {}
         self.during = during
 
     def sync_weights(self, weights=None) -> None:  # as RolloutRunner's, without the LoRA path
         state = self.placement.weights() if weights is None else weights
         self.engine.sync_weights(state, version=self.model.optimizer_steps)
 
-    def __call__(self, rows, step, *, sampling, generator):
+    def __call__(self, rows, step, *, sampling, generator, indices=None, on_group=None):
         self.sampled_with.append((step, self.engine.policy_version))
         self.sampling_of[step] = sampling
         self.generator_of[step] = generator
+        self.indices_of[step] = indices
         if self.during is not None:
             self.during(step)
+        if on_group is not None:  # the first row's group is done early; the rest return
+            on_group(f"group of {rows[0]['prompt']}")
+            return [f"group of {row['prompt']}" for row in rows[1:]], {"rollout/samples": 1.0}
         return [], {"rollout/samples": float(len(rows))}
 
 
@@ -188,12 +194,14 @@ class GatedRunner(FakeRunner):
         with self.lock:
             return self.started.setdefault(step, threading.Event())
 
-    def __call__(self, rows, step, *, sampling, generator):
+    def __call__(self, rows, step, *, sampling, generator, **options):
         with self.lock:
             self.running += 1
             self.most_running = max(self.most_running, self.running)
         self.began(step).set()
-        groups, metrics = super().__call__(rows, step, sampling=sampling, generator=generator)
+        groups, metrics = super().__call__(
+            rows, step, sampling=sampling, generator=generator, **options
+        )
         assert self.gate(step).wait(10), f"batch {step} was never released"
         with self.lock:
             self.running -= 1
@@ -391,3 +399,20 @@ def test_agentic_batches_in_flight_together_sample_what_they_do_one_at_a_time():
         assert _content(alone[step]), "the agent produced no rows"
         assert _content(together[step]) == _content(alone[step])
         assert together[step].metrics["rollout/samples"] == 4.0
+
+
+def test_a_streaming_request_sends_its_early_groups_before_its_batch(pipes):
+    inbox_read, inbox_write, outbox_read, outbox_write = pipes
+    runner = FakeRunner()
+    rows = [{"prompt": "a"}, {"prompt": "b"}]
+    owed = Rollout(-1, rows, SamplingParams(), agent_seed=7, indices=(12, 15), stream=True)
+    for message in (weights(0), owed, request(0)):
+        inbox_write.send(message)
+    server = start_serving(runner, inbox_read, outbox_write, bound=1)
+    first, second, third = outbox_read.recv(), outbox_read.recv(), outbox_read.recv()
+    stop(server, inbox_write)
+    assert isinstance(first, Group) and (first.step, first.group) == (-1, "group of a")
+    assert isinstance(second, Batch) and (second.step, second.groups) == (-1, ["group of b"])
+    # A request without ``stream`` sends its batch only; indices reach the runner as sent.
+    assert isinstance(third, Batch) and third.step == 0
+    assert runner.indices_of == {-1: (12, 15), 0: None}
