@@ -378,7 +378,7 @@ class AsyncRolloutRunner:
         metrics["rollout/groups_early"] = float(
             sum(1 for key, _ in taken if key >= 0 and key > step)
         )
-        metrics["rollout/groups_late"] = float(sum(1 for key, g in taken if key < 0 or key < step))
+        metrics["rollout/groups_late"] = float(sum(1 for key, _ in taken if key < 0 or key < step))
         metrics["rollout/buffered_groups"] = float(ready)
         metrics["rollout/groups_streamed"] = float(streamed)
         self._add_timing(metrics, waited)

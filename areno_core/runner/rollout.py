@@ -181,8 +181,9 @@ class RolloutRunner:
             self.model.optimizer_steps - metrics.get("rollout/policy_version", 0.0)
         )
         uniform = [g for g in groups if len(set(g.rewards)) <= 1]
-        metrics["rollout/uniform_groups"] = float(len(uniform)) + metrics.pop(
-            "rollout/uniform_groups_streamed", 0.0
+        # Plus those an agentic batch handed on one by one (counted there).
+        metrics["rollout/uniform_groups"] = metrics.get("rollout/uniform_groups", 0.0) + len(
+            uniform
         )
         if self.drop_uniform_groups:
             groups = [g for g in groups if len(set(g.rewards)) > 1]
@@ -265,7 +266,7 @@ class RolloutRunner:
             on_group=handed_on,
         )
         if on_group is not None:
-            metrics["rollout/uniform_groups_streamed"] = float(uniform_streamed)
+            metrics["rollout/uniform_groups"] = float(uniform_streamed)
         # Every turn of this step was served by the engine at its current version.
         version = self.engine.policy_version
         for group in groups:

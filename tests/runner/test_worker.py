@@ -416,3 +416,43 @@ def test_a_streaming_request_sends_its_early_groups_before_its_batch(pipes):
     # A request without ``stream`` sends its batch only; indices reach the runner as sent.
     assert isinstance(third, Batch) and third.step == 0
     assert runner.indices_of == {-1: (12, 15), 0: None}
+
+
+@pytest.mark.usefixtures("installed_plugins_only")
+def test_a_streamed_batch_sends_what_the_same_batch_sends_whole(monkeypatch):
+    # Prompt index 20's first sample waits 1 s (the seeded agent's straggler), so prompt
+    # 21's group is done first and leaves on its own.
+    monkeypatch.setenv("SEEDED_AGENT_SLOW_EVERY", "4")
+    monkeypatch.setenv("SEEDED_AGENT_SLOW_S", "1.0")
+    threads = torch.get_num_threads()
+    try:
+        runner = _real_runner()
+        inbox_read, inbox_write = Pipe(duplex=False)
+        outbox_read, outbox_write = Pipe(duplex=False)
+        rows = [{"prompt": "Add 2 and 3."}, {"prompt": "Name a prime."}]
+        sampling = SamplingParams(max_new_tokens=6)
+        inbox_write.send(Weights(0, pack_weights(runner.placement.policy)))
+        # The same rows, prompt indices and seed: once whole, then (the agent's imports warm,
+        # so only the straggler takes time) handed on group by group.
+        inbox_write.send(Rollout(0, rows, sampling, 7, indices=(20, 21)))
+        inbox_write.send(Rollout(1, rows, sampling, 7, indices=(20, 21), stream=True))
+        server = start_serving(runner, inbox_read, outbox_write, bound=1)
+        messages = []
+        while sum(isinstance(m, Batch) for m in messages) < 2:
+            messages.append(outbox_read.recv())
+        stop(server, inbox_write)
+        for end in (inbox_read, inbox_write, outbox_read, outbox_write):
+            end.close()
+    finally:
+        torch.set_num_threads(threads)
+    early = [m for m in messages if isinstance(m, Group)]
+    whole, streamed = (next(m for m in messages if isinstance(m, Batch) and m.step == s)
+                       for s in (0, 1))  # fmt: skip
+    assert [(m.step, m.group.item.index) for m in early] == [(1, 21)]
+    assert messages.index(early[0]) < messages.index(streamed)  # before its batch
+    assert [g.item.index for g in streamed.groups] == [20]
+    handed = Batch(1, [early[0].group, *streamed.groups], {})
+    assert sorted(_content(handed)) == sorted(_content(whole))
+    assert {t.policy_version for g in handed.groups for t in g.trajectories} == {0}
+    assert streamed.metrics["rollout/samples"] == whole.metrics["rollout/samples"] == 4.0
+    assert streamed.metrics["rollout/reward_mean"] == whole.metrics["rollout/reward_mean"]
