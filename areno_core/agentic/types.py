@@ -30,8 +30,7 @@ client (each sample then runs on an event loop of its own)::
 
     async def run_agent(ctx, batch):
         async def play(item):
-            url = ctx.get_base_url(item)
-            async with openai.AsyncOpenAI(base_url=url, api_key=ctx.api_key) as client:
+            async with ctx.openai_client(item) as client:  # an AsyncOpenAI, cheap to make
                 ...  # several turns; return AgentTrajectory(item=item, turns=[...])
 
         return await ctx.run_each(batch, play)
@@ -95,6 +94,24 @@ class AgentContext:
         if item is not None and item.base_url:
             return item.base_url
         return self.base_url
+
+    def openai_client(self, item: AgentItem | None = None, **kwargs: Any) -> Any:
+        """A new ``openai.AsyncOpenAI`` for ``item``'s URL (or the shared one), made for one
+        sample: it shares a TLS context built once per process, so it costs about 0.5 ms of
+        CPU time to make instead of about 50 ms (:mod:`areno_core.agentic.clients`). Make it
+        inside the per-sample function, like any client, and close it there (``async
+        with``). ``kwargs`` go to ``AsyncOpenAI`` (``timeout``, ``max_retries``, ...)."""
+        from areno_core.agentic.clients import openai_client
+
+        return openai_client(self.get_base_url(item), self.api_key, **kwargs)
+
+    def http_client(self, **kwargs: Any) -> Any:
+        """A new ``httpx.AsyncClient`` on the shared TLS context, for a framework that takes
+        one (``ChatOpenAI(http_async_client=...)``, ``AsyncOpenAI(http_client=...)``); the
+        same saving as :meth:`openai_client`. ``kwargs`` go to the client."""
+        from areno_core.agentic.clients import http_client
+
+        return http_client(**kwargs)
 
     async def run_each(
         self,

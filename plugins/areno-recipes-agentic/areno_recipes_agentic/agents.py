@@ -17,7 +17,11 @@ from areno_recipes_agentic.toolcalls import call_name
 
 
 def make_client(ctx: AgentContext) -> Any:
-    """An ``openai.AsyncOpenAI`` client for the endpoint of ``ctx``."""
+    """An ``openai.AsyncOpenAI`` client for the endpoint of ``ctx`` (on the process's shared
+    TLS context where the core offers it: ``ctx.openai_client``)."""
+    factory = getattr(ctx, "openai_client", None)
+    if callable(factory):
+        return factory(timeout=ctx.timeout_s)
     import openai  # optional at import time: only agents need it
 
     return openai.AsyncOpenAI(

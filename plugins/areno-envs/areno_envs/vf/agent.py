@@ -38,9 +38,9 @@ async def play(ctx: Any, item: Any) -> None:
             f"'none' or one of the task's tools: {', '.join(names) or 'none'}"
         )
     messages = [dict(m) for m in item.messages]
-    from openai import AsyncOpenAI  # 1-2 s to import: only when a vf agent plays
-
-    client = AsyncOpenAI(base_url=ctx.get_base_url(item), api_key=ctx.api_key, max_retries=0)
+    # An AsyncOpenAI on the process's shared TLS context (openai is imported here, 1-2 s, only
+    # when a vf agent plays).
+    client = ctx.openai_client(item, max_retries=0)
     try:
         for turn in range(int(meta["max_turns"])):
             extra: dict[str, Any] = {}
