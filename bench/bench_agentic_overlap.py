@@ -16,6 +16,11 @@ each batch has a straggler. Sides (runs alternate A B C, C B A, ...):
   trains on the first groups to finish, from any batch sent to the worker; not run by default,
   ask for them with ``--sides``).
 
+Each sample's agent makes its client with ``ctx.openai_client(item)``; a side named with
+``+plain`` (``sync+plain``, ``fill-2+plain``) makes a plain ``openai.AsyncOpenAI`` per sample
+instead, which builds a TLS context and loads the system's certificates each time (about 50 ms
+of CPU), as an agent written without areno in mind does.
+
 ``K`` is ``--max-staleness`` (default 2): the worker starts a batch beside one in flight only
 while no newer weights have arrived, and with ``K = 1`` the rows of the next step arrive
 together with newer weights, so batches overlap only at the start of the run (see
@@ -24,10 +29,9 @@ docs/async.md).
 Reported per run: samples per second over the whole run (launch to exit, startup included)
 and in steady state (the loop's ``time/step`` over every step after the second), CPU seconds
 of the run and its children (trainer and worker) per sample, over the whole run (startup
-included) and in steady state (from the moment step 2 is logged to the exit, read from
-``/proc`` on Linux: the steps after the second, the last checkpoint and the shutdown), and for
-asynchronous runs the share of batches that started while another was in flight
-(``rollout/inflight_batches`` above 1).
+included) and in steady state (from the moment step 2 is logged to the moment the last step
+is, read from ``/proc`` on Linux), and for asynchronous runs the share of batches that started
+while another was in flight (``rollout/inflight_batches`` above 1).
 """
 
 from __future__ import annotations
@@ -61,32 +65,6 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def tree_cpu_s(pid: int) -> float | None:
-    """CPU seconds used so far by process ``pid`` and every descendant (the trainer and its
-    rollout worker), including their children already reaped; None without Linux's /proc."""
-    proc = Path("/proc")
-    if not (proc / str(pid) / "stat").is_file():
-        return None
-    stats: dict[int, tuple[int, list[str]]] = {}  # pid -> (parent pid, fields after the name)
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:  # it exited meanwhile
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        stats[int(entry.name)] = (int(fields[1]), fields)
-    tree, grew = {pid}, True
-    while grew:
-        found = {child for child, (parent, _) in stats.items() if parent in tree} - tree
-        tree |= found
-        grew = bool(found)
-    ticks = os.sysconf("SC_CLK_TCK")
-    # utime, stime, cutime, cstime: fields 14-17 of /proc/PID/stat (11-14 after the name).
-    return sum(sum(int(v) for v in stats[p][1][11:15]) for p in tree if p in stats) / ticks
-
-
 def write_inputs(root: Path, rows: int) -> tuple[Path, Path]:
     data, loader = root / "rows.jsonl", root / "loader.py"
     with GSM8K.open() as f:
@@ -95,15 +73,9 @@ def write_inputs(root: Path, rows: int) -> tuple[Path, Path]:
     return data, loader
 
 
-def _logged_steps(out: Path) -> int:
-    path = out / "metrics.jsonl"
-    if not path.is_file():
-        return 0
-    return sum(1 for line in path.read_text().splitlines() if '"step": 0' not in line)
-
-
 def run_side(side: str, args: argparse.Namespace, root: Path, data: Path, loader: Path) -> dict:
-    out = root / f"{side}-{time.monotonic_ns()}"
+    base, _, variant = side.partition("+")
+    out = root / f"{base}-{variant or 'ctx'}-{time.monotonic_ns()}"
     command = [
         sys.executable, "-m", "areno_core.cli.main", "train", "--algo", "grpo",
         "--ckpt", "random:qwen3-tiny", "--dataset-path", str(data),
@@ -113,10 +85,10 @@ def run_side(side: str, args: argparse.Namespace, root: Path, data: Path, loader
         "--max-steps", str(args.steps), "--no-activation-checkpointing",
         "--metrics-log-dir", str(out),
     ]  # fmt: skip
-    if side != "sync":
+    if base != "sync":
         command += ["--async-rollout", "--max-staleness", str(args.max_staleness),
-                    "--max-inflight-batches", side.split("-")[1]]  # fmt: skip
-    if side.startswith("fill-"):
+                    "--max-inflight-batches", base.split("-")[1]]  # fmt: skip
+    if base.startswith("fill-"):
         command += ["--step-fill", "completion"]
     env = {
         **os.environ,
@@ -124,20 +96,16 @@ def run_side(side: str, args: argparse.Namespace, root: Path, data: Path, loader
         "PYTHONPATH": common._pythonpath(),
         "SEEDED_AGENT_SLOW_EVERY": str(args.slow_every),
         "SEEDED_AGENT_SLOW_S": str(args.slow_s),
+        "SEEDED_AGENT_PLAIN_CLIENT": "1" if variant == "plain" else "0",
     }
     load_before = common.load_average()
     cpu_before = _children_cpu_s()
     launched = time.perf_counter()
-    # Watch the metrics while it runs: the process tree's CPU time when step 2 is logged is
-    # where the steady state's CPU time starts.
+    # Watch the metrics while it runs: the process tree's CPU time at each logged step.
     log = out.with_suffix(".log")
     with log.open("w") as sink:
         proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
-        cpu_at_steady = None
-        while proc.poll() is None:
-            if cpu_at_steady is None and _logged_steps(out) >= 2:
-                cpu_at_steady = tree_cpu_s(proc.pid)
-            time.sleep(0.05)
+        marks = common.watch_run(proc, out / "metrics.jsonl")
     wall = time.perf_counter() - launched
     cpu = _children_cpu_s() - cpu_before
     if proc.returncode != 0:
@@ -155,11 +123,9 @@ def run_side(side: str, args: argparse.Namespace, root: Path, data: Path, loader
         "steady_samples_per_s": sum(r["rollout/samples"] for r in steady) / steady_s,
         "cpu_s": cpu,
         "cpu_s_per_sample": cpu / max(samples, 1),
-        # From the moment step 2 was logged to the exit (the last steps' saving and shutdown
-        # included): the steady state's CPU time, without the processes' start.
-        "steady_cpu_s_per_sample": None
-        if cpu_at_steady is None
-        else (cpu - cpu_at_steady) / max(sum(r["rollout/samples"] for r in steady), 1),
+        # From the moment step 2 was logged to the moment the last one was: the steady
+        # state's CPU time, without the processes' start, the last save and the shutdown.
+        "steady_cpu_s_per_sample": _steady_cpu_per_sample(marks, rows),
         "load_before": load_before,
         "load_after": common.load_average(),
     }
@@ -167,6 +133,14 @@ def run_side(side: str, args: argparse.Namespace, root: Path, data: Path, loader
     if inflight:  # the share of batches that started beside another
         result["overlapped_share"] = sum(v > 1 for v in inflight) / len(inflight)
     return result
+
+
+def _steady_cpu_per_sample(marks: list[tuple[int, float]], rows: list[dict]) -> float | None:
+    steady = common.steady_cpu(marks)
+    if steady is None:
+        return None
+    a, b, cpu = steady
+    return cpu / max(sum(r["rollout/samples"] for r in rows[a:b]), 1)
 
 
 def _maybe(value: float | None) -> str:
@@ -198,9 +172,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", type=Path, default=None, help="also write every run here")
     args = parser.parse_args(argv)
     sides = args.sides.split(",")
-    unknown = sorted(set(sides) - set(SIDES))
+    unknown = sorted(
+        side
+        for side in sides
+        if side.partition("+")[0] not in SIDES or side.partition("+")[2] not in ("", "plain")
+    )
     if unknown:
-        parser.error(f"unknown side(s) {', '.join(unknown)}; choose from {', '.join(SIDES)}")
+        parser.error(
+            f"unknown side(s) {', '.join(unknown)}; choose from {', '.join(SIDES)}, each "
+            "optionally with +plain"
+        )
     for name in ("reps", "threads", "slow_every"):
         value = getattr(args, name)
         if value < 1:
@@ -223,7 +204,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 result = run_side(side, args, root, data, loader)
                 results[side].append(result)
                 print(
-                    f"  rep {rep + 1}/{args.reps} {side:<8} "
+                    f"  rep {rep + 1}/{args.reps} {side:<14} "
                     f"samples/s={result['samples_per_s']:.2f} "
                     f"steady={result['steady_samples_per_s']:.2f} "
                     f"cpu/sample={result['cpu_s_per_sample']:.3f} "
@@ -250,6 +231,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                "CPU s/sample (steady)", "batches started beside another", "load"]  # fmt: skip
     print("\nmedian (min-max) over runs:")
     print(common.table(headers, rows))
+    keys = (
+        ("steady_samples_per_s", "samples/s in steady state"),
+        ("samples_per_s", "samples/s over the run"),
+        ("steady_cpu_s_per_sample", "CPU s/sample in steady state"),
+        ("cpu_s_per_sample", "CPU s/sample over the run"),
+    )
+    reference = "sync" if "sync" in results else sides[0]
+    for line in common.against(results, reference, keys):
+        print(line)
     payload = {"machine": common.machine_info(args.threads), "args": vars(args), "runs": results}
     common.write_json(args.json, json.loads(json.dumps(payload, default=str)))
     return payload

@@ -20,10 +20,12 @@ the rollout worker and half to the trainer. Runs alternate sides (A B C, C B A, 
 Reported per run: steps done; samples per second over the whole run (launch to exit: startup,
 the step-0 evaluation and the final save included) and in steady state (the loop's
 ``time/step`` over every step after the second); CPU seconds of the run and its children
-(trainer and worker) per sample; held-out greedy accuracy of the last checkpoint on the
-recipe's 500 problems, evaluated afterwards, outside the budget; the load average before and
-after; for asynchronous runs the weight transfer cost (``time/weight_sync`` in the trainer,
-``time/weight_load`` in the worker) and the time the trainer waited for rollouts.
+(trainer and worker) per sample, over the whole run and in steady state (from the moment step 2
+is logged to the moment the last step is, read from ``/proc`` on Linux); held-out greedy
+accuracy of the last checkpoint on the recipe's 500 problems, evaluated afterwards, outside
+the budget; the load average before and after; for asynchronous runs the weight transfer
+cost (``time/weight_sync`` in the trainer, ``time/weight_load`` in the worker) and the time
+the trainer waited for rollouts.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import argparse
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,12 @@ SIDES: dict[str, list[str]] = {
         "--async-rollout", "--max-staleness", "1", "--proximal-logprobs", "interpolate",
     ],
 }  # fmt: skip
+STEADY_KEYS = (
+    ("steady_samples_per_s", "samples/s in steady state"),
+    ("samples_per_s", "samples/s over the run"),
+    ("steady_cpu_s_per_sample", "CPU s/sample in steady state"),
+    ("cpu_s_per_sample", "CPU s/sample over the run"),
+)
 SAMPLES_PER_STEP = 32 * 8  # the recipe's --batch-size x --n-samples
 
 
@@ -75,11 +82,9 @@ def run_side(side: str, budget: float, threads: int, root: Path, max_steps: int 
     launched = time.perf_counter()
     log = (root / f"{out.name}.log").open("w")
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        proc.wait(timeout=budget)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)  # finish the step, save it, stop
-        proc.wait(timeout=600)
+    # SIGINT after the budget: areno finishes the step in flight, saves it and stops. The
+    # process tree's CPU time is read at each logged step.
+    marks = common.watch_run(proc, out / "tensorboard" / "metrics.jsonl", interrupt_after=budget)
     wall = time.perf_counter() - launched
     cpu = _children_cpu_s() - cpu_before
     log.close()
@@ -97,6 +102,11 @@ def run_side(side: str, budget: float, threads: int, root: Path, max_steps: int 
         "steady_samples_per_s": len(steady) * SAMPLES_PER_STEP / sum(steady) if steady else 0.0,
         "cpu_s": cpu,
         "cpu_s_per_sample": cpu / max(steps * SAMPLES_PER_STEP, 1),
+        # From the moment step 2 was logged to the moment the last one was (Linux: /proc):
+        # the steady state's CPU time, without the worker's start, the last save and the exit.
+        "steady_cpu_s_per_sample": None
+        if (span := common.steady_cpu(marks)) is None
+        else span[2] / ((span[1] - span[0]) * SAMPLES_PER_STEP),
         "reward_last20": common.median([r["rollout/reward_mean"] for r in rows[-20:]] or [0.0]),
         "load_before": load_before,
         "load_after": common.load_average(),
@@ -148,6 +158,17 @@ def steady_state_bound(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def _maybe(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.5f}"
+
+
+def _steady_cpu(runs: list[dict[str, Any]]) -> str:
+    values = [r["steady_cpu_s_per_sample"] for r in runs]
+    if any(v is None for v in values):
+        return "n/a (needs /proc)"
+    return f"{common.median(values):.3g} ({min(values):.3g}-{max(values):.3g})"
+
+
 def evaluate(run: Path) -> float:
     """Greedy held-out accuracy of the run's last checkpoint (a separate process)."""
     proc = subprocess.run(
@@ -189,6 +210,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"samples/s={result['samples_per_s']:.1f} "
                     f"steady={result['steady_samples_per_s']:.1f} "
                     f"acc={result['accuracy']:.3f} cpu/sample={result['cpu_s_per_sample']:.4f} "
+                    f"steady cpu/sample={_maybe(result['steady_cpu_s_per_sample'])} "
                     f"load={result['load_before']:.1f}->{result['load_after']:.1f}",
                     flush=True,
                 )
@@ -206,16 +228,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 spread("samples_per_s"),
                 spread("steady_samples_per_s"),
                 spread("cpu_s_per_sample"),
+                _steady_cpu(runs),
                 spread("accuracy"),
                 f"{min(r['load_before'] for r in runs):.1f}-"
                 f"{max(r['load_after'] for r in runs):.1f}",
             ]
         )
-    headers = ["side", "steps", "samples/s (run)", "samples/s (steady)", "CPU s/sample",
-               "held-out accuracy", "load"]  # fmt: skip
+    headers = ["side", "steps", "samples/s (run)", "samples/s (steady)", "CPU s/sample (run)",
+               "CPU s/sample (steady)", "held-out accuracy", "load"]  # fmt: skip
     print("\nmedian (min-max) over runs:")
     print(common.table(headers, rows))
-    for line in steady_state_bound(results):
+    for line in common.against(results, "sync", STEADY_KEYS) + steady_state_bound(results):
         print(line)
     payload = {"machine": common.machine_info(args.threads), "args": vars(args), "runs": results}
     common.write_json(args.json, json.loads(json.dumps(payload, default=str)))

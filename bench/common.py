@@ -164,6 +164,81 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds used so far by process ``pid`` and every descendant (the trainer and its
+    rollout worker), including their children already reaped; None without Linux's /proc."""
+    proc = Path("/proc")
+    if not (proc / str(pid) / "stat").is_file():
+        return None
+    stats: dict[int, tuple[int, list[str]]] = {}  # pid -> (parent pid, fields after the name)
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:  # it exited meanwhile
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        stats[int(entry.name)] = (int(fields[1]), fields)
+    tree, grew = {pid}, True
+    while grew:
+        found = {child for child, (parent, _) in stats.items() if parent in tree} - tree
+        tree |= found
+        grew = bool(found)
+    ticks = os.sysconf("SC_CLK_TCK")
+    # utime, stime, cutime, cstime: fields 14-17 of /proc/PID/stat (11-14 after the name).
+    return sum(sum(int(v) for v in stats[p][1][11:15]) for p in tree if p in stats) / ticks
+
+
+def logged_steps(metrics: Path) -> int:
+    """How many training steps (step 1 on; not the step-0 evaluation) ``metrics`` holds."""
+    if not metrics.is_file():
+        return 0
+    return sum(1 for line in metrics.read_text().splitlines() if '"step": 0' not in line)
+
+
+def watch_run(
+    proc: subprocess.Popen, metrics: Path, *, interrupt_after: float | None = None
+) -> list[tuple[int, float]]:
+    """Poll ``proc`` every 50 ms until it exits; return ``(steps logged, CPU s of its process
+    tree)`` at each moment the count of steps in ``metrics`` grew (Linux: read from /proc;
+    empty elsewhere). After ``interrupt_after`` seconds it sends SIGINT once: areno finishes
+    the step in flight, saves it and exits. A run still alive 600 s after that is killed."""
+    import signal
+
+    started = time.perf_counter()
+    marks: list[tuple[int, float]] = []
+    interrupted: float | None = None
+    while proc.poll() is None:
+        steps = logged_steps(metrics)
+        if steps > (marks[-1][0] if marks else 0):
+            cpu = tree_cpu_s(proc.pid)
+            if cpu is not None:
+                marks.append((steps, cpu))
+        now = time.perf_counter()
+        if interrupt_after is not None and interrupted is None and now - started > interrupt_after:
+            proc.send_signal(signal.SIGINT)
+            interrupted = now
+        if interrupted is not None and now - interrupted > 600:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"the run did not stop within 600 s of SIGINT: {proc.args}")
+        time.sleep(0.05)
+    return marks
+
+
+def steady_cpu(marks: Sequence[tuple[int, float]], first: int = 2) -> tuple[int, int, float] | None:
+    """The steady state in ``marks`` (from :func:`watch_run`): ``(a, b, cpu)``, where steps
+    ``a + 1`` to ``b`` took ``cpu`` CPU seconds, from the moment step ``first`` (or the first
+    count past it) was logged to the moment the last step was; None when fewer than two marks
+    reach ``first``. The processes' start, the last save and the shutdown are left out."""
+    after = [mark for mark in marks if mark[0] >= first]
+    if len(after) < 2:
+        return None
+    (a, cpu_a), (b, cpu_b) = after[0], after[-1]
+    return a, b, cpu_b - cpu_a
+
+
 def machine_info(threads: int) -> dict[str, Any]:
     """What the numbers were measured on (``threads``: the torch threads each side used)."""
     import torch
@@ -309,6 +384,32 @@ def ratio_lines(
                 f"ratio {side}/{reference}, {label}: per CPU-second {spread(cpu, 'x')}, "
                 f"per wall second {spread(wall, 'x')}"
             )
+    return lines
+
+
+def against(
+    results: Mapping[str, Sequence[Mapping[str, Any]]],
+    reference: str,
+    keys: Sequence[tuple[str, str]],
+) -> list[str]:
+    """A line per other side: ``side / reference`` for each ``(key, label)``, run by run (rep
+    ``i`` of each side ran in the same round of the alternation, so under about the same
+    load); runs without a value (None) are left out of their pair."""
+    if reference not in results:
+        return []
+    lines = [""]
+    for side, runs in results.items():
+        if side == reference:
+            continue
+        parts = []
+        for key, label in keys:
+            ratios = [
+                float(a[key]) / float(b[key])
+                for a, b in zip(runs, results[reference], strict=False)
+                if a.get(key) is not None and b.get(key)
+            ]
+            parts.append(f"{label} {spread(ratios, 'x')}")
+        lines.append(f"{side} / {reference}, paired: " + "; ".join(parts))
     return lines
 
 

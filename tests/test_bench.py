@@ -294,6 +294,9 @@ def test_ceiling_reports_matmul_peak_and_step_fraction(tmp_path) -> None:
          "--probe-repeats must be at least 1, got 0", "matmul throughput"),
         ("bench_agentic_overlap.py", ["--steps", "3"],
          "--steps must be at least 4 (steady state from step 3 on), got 3", "agentic grpo"),
+        ("bench_agentic_overlap.py", ["--sides", "sync+plain,fill-2+fancy"],
+         "unknown side(s) fill-2+fancy; choose from sync, async-1, async-2, fill-1, fill-2, "
+         "each optionally with +plain", "agentic grpo"),
     ],
 )  # fmt: skip
 def test_bench_refuses_bad_arguments_before_measuring(script, argument, error, first_output):
@@ -377,14 +380,10 @@ def test_lora_child_trains_adapters_without_a_reference_copy(model_dir) -> None:
         assert result["step_s"] > 0 and result["step_cpu_s"] > 0
 
 
-def test_overlap_bench_counts_the_cpu_time_of_a_process_and_its_children() -> None:
+def test_bench_counts_the_cpu_time_of_a_process_and_its_children() -> None:
     if not Path("/proc/self/stat").is_file():
         pytest.skip("reads /proc")
-    sys.path.insert(0, str(BENCH))
-    try:
-        import bench_agentic_overlap as overlap
-    finally:
-        sys.path.remove(str(BENCH))
+    overlap = _common()
     child = subprocess.Popen(
         [sys.executable, "-c", "import time\nend = time.process_time() + 0.5\n"
          "while time.process_time() < end: pass\ntime.sleep(30)"]
@@ -401,3 +400,47 @@ def test_overlap_bench_counts_the_cpu_time_of_a_process_and_its_children() -> No
         child.kill()
         child.wait()
     assert overlap.tree_cpu_s(10**9) is None  # no such process
+
+
+def test_steady_cpu_spans_the_steps_logged_after_the_second() -> None:
+    common = _common()
+    # (steps logged, CPU s of the process tree) each time the count grew
+    assert common.steady_cpu([(1, 3.0), (2, 4.0), (4, 6.5), (5, 7.25)]) == (2, 5, 3.25)
+    assert common.steady_cpu([(3, 1.0), (6, 4.0)]) == (3, 6, 3.0)  # step 2 came with step 3
+    assert common.steady_cpu([(1, 1.0), (3, 2.0)]) is None  # one mark from step 2 on
+    assert common.steady_cpu([]) is None
+
+
+def test_watch_run_reads_the_cpu_time_at_each_logged_step_and_interrupts_once(tmp_path) -> None:
+    if not Path("/proc/self/stat").is_file():
+        pytest.skip("reads /proc")
+    common = _common()
+    metrics = tmp_path / "metrics.jsonl"
+    # A run that logs step 0 (not a step), then a step after each 0.3 s of busy CPU time until
+    # SIGINT, then one more step (the one in flight) and exits.
+    script = (
+        "import json, sys, time\n"
+        f"path = {str(metrics)!r}\n"
+        "def log(step):\n"
+        "    with open(path, 'a') as f: f.write(json.dumps({'step': step}) + '\\n')\n"
+        "log(0)\nstep = 0\n"
+        "try:\n"
+        "    while True:\n"
+        "        end = time.process_time() + 0.3\n"
+        "        while time.process_time() < end: pass\n"
+        "        step += 1; log(step); time.sleep(0.2)\n"
+        "except KeyboardInterrupt:\n"
+        "    log(step + 1)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    marks = common.watch_run(proc, metrics, interrupt_after=2.0)
+    assert proc.returncode == 0  # it caught the SIGINT and finished its step
+    steps = [s for s, _ in marks]
+    assert steps == sorted(set(steps)) and steps[0] >= 1 and len(steps) >= 3
+    lines = metrics.read_text().splitlines()
+    assert common.logged_steps(metrics) == len(lines) - 1  # the step-0 line is not counted
+    # A step logged just before the exit may come after the last poll.
+    assert steps[-1] in (len(lines) - 1, len(lines) - 2)
+    a, b, cpu = common.steady_cpu(marks)
+    # About 0.3 s of CPU a step; the step logged after SIGINT took none.
+    assert 0.2 * (b - a - 1) <= cpu <= 0.3 * (b - a) + 0.3
