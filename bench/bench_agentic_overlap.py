@@ -143,17 +143,6 @@ def _steady_cpu_per_sample(marks: list[tuple[int, float]], rows: list[dict]) -> 
     return cpu / max(sum(r["rollout/samples"] for r in rows[a:b]), 1)
 
 
-def _maybe(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
-def _steady_cpu(runs: list[dict[str, Any]]) -> str:
-    values = [r["steady_cpu_s_per_sample"] for r in runs]
-    if any(v is None for v in values):
-        return "n/a (needs /proc)"
-    return common.spread(values)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3, help="runs per side")
@@ -208,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"samples/s={result['samples_per_s']:.2f} "
                     f"steady={result['steady_samples_per_s']:.2f} "
                     f"cpu/sample={result['cpu_s_per_sample']:.3f} "
-                    f"steady cpu/sample={_maybe(result['steady_cpu_s_per_sample'])} "
+                    f"steady cpu/sample={common.maybe(result['steady_cpu_s_per_sample'], 3)} "
                     f"overlapped={result.get('overlapped_share', 0.0):.2f} "
                     f"load={result['load_before']:.1f}->{result['load_after']:.1f}",
                     flush=True,
@@ -221,7 +210,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 common.spread([r["samples_per_s"] for r in runs]),
                 common.spread([r["steady_samples_per_s"] for r in runs]),
                 common.spread([r["cpu_s_per_sample"] for r in runs]),
-                _steady_cpu(runs),
+                common.steady_cpu_column(runs),
                 common.spread([r.get("overlapped_share", 0.0) for r in runs]),
                 f"{min(r['load_before'] for r in runs):.1f}-"
                 f"{max(r['load_after'] for r in runs):.1f}",

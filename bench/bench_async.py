@@ -158,17 +158,6 @@ def steady_state_bound(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     return lines
 
 
-def _maybe(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.5f}"
-
-
-def _steady_cpu(runs: list[dict[str, Any]]) -> str:
-    values = [r["steady_cpu_s_per_sample"] for r in runs]
-    if any(v is None for v in values):
-        return "n/a (needs /proc)"
-    return f"{common.median(values):.3g} ({min(values):.3g}-{max(values):.3g})"
-
-
 def evaluate(run: Path) -> float:
     """Greedy held-out accuracy of the run's last checkpoint (a separate process)."""
     proc = subprocess.run(
@@ -210,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"samples/s={result['samples_per_s']:.1f} "
                     f"steady={result['steady_samples_per_s']:.1f} "
                     f"acc={result['accuracy']:.3f} cpu/sample={result['cpu_s_per_sample']:.4f} "
-                    f"steady cpu/sample={_maybe(result['steady_cpu_s_per_sample'])} "
+                    f"steady cpu/sample={common.maybe(result['steady_cpu_s_per_sample'], 5)} "
                     f"load={result['load_before']:.1f}->{result['load_after']:.1f}",
                     flush=True,
                 )
@@ -228,7 +217,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 spread("samples_per_s"),
                 spread("steady_samples_per_s"),
                 spread("cpu_s_per_sample"),
-                _steady_cpu(runs),
+                common.steady_cpu_column(runs),
                 spread("accuracy"),
                 f"{min(r['load_before'] for r in runs):.1f}-"
                 f"{max(r['load_after'] for r in runs):.1f}",

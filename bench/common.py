@@ -387,6 +387,19 @@ def ratio_lines(
     return lines
 
 
+def maybe(value: float | None, digits: int = 3) -> str:
+    """``value`` with ``digits`` decimals, or ``n/a`` for None (a reading this system lacks)."""
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def steady_cpu_column(runs: Sequence[Mapping[str, Any]]) -> str:
+    """The table cell of the runs' ``steady_cpu_s_per_sample`` (None without /proc)."""
+    values = [r["steady_cpu_s_per_sample"] for r in runs]
+    if any(v is None for v in values):
+        return "n/a (needs /proc)"
+    return spread(values)
+
+
 def against(
     results: Mapping[str, Sequence[Mapping[str, Any]]],
     reference: str,

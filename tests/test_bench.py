@@ -409,6 +409,21 @@ def test_steady_cpu_spans_the_steps_logged_after_the_second() -> None:
     assert common.steady_cpu([(3, 1.0), (6, 4.0)]) == (3, 6, 3.0)  # step 2 came with step 3
     assert common.steady_cpu([(1, 1.0), (3, 2.0)]) is None  # one mark from step 2 on
     assert common.steady_cpu([]) is None
+    runs = [{"steady_cpu_s_per_sample": v} for v in (0.5, 0.25, 1.0)]
+    assert common.steady_cpu_column(runs) == "0.5 (0.25-1)"
+    assert common.steady_cpu_column([*runs, {"steady_cpu_s_per_sample": None}]).startswith("n/a")
+    assert common.maybe(None) == "n/a" and common.maybe(0.12345, 2) == "0.12"
+
+
+def test_against_pairs_each_side_with_the_reference_run_by_run() -> None:
+    common = _common()
+    results = {
+        "sync": [{"x": 2.0}, {"x": 4.0}, {"x": 1.0}],
+        "async": [{"x": 3.0}, {"x": None}, {"x": 3.0}],
+    }
+    (blank, line) = common.against(results, "sync", [("x", "speed")])
+    assert blank == "" and line == "async / sync, paired: speed 2.25x (1.5-3)"
+    assert common.against(results, "absent", [("x", "speed")]) == []
 
 
 def test_watch_run_reads_the_cpu_time_at_each_logged_step_and_interrupts_once(tmp_path) -> None:
