@@ -31,9 +31,9 @@ def http_client(**kwargs: Any) -> Any:
     timeouts, connection limits, redirects) on the shared TLS context; ``kwargs`` go to it."""
     kwargs.setdefault("verify", shared_ssl_context())
     try:
-        import openai
+        import openai  # 1-2 s to import: only when an agent makes a client
     except ImportError:
-        import httpx
+        import httpx  # without openai, a framework's own client on plain httpx
 
         return httpx.AsyncClient(**kwargs)
     return openai.DefaultAsyncHttpxClient(**kwargs)
@@ -42,7 +42,7 @@ def http_client(**kwargs: Any) -> Any:
 def openai_client(base_url: str, api_key: str, **kwargs: Any) -> Any:
     """A new ``openai.AsyncOpenAI`` for ``base_url`` on its own ``httpx`` client made by
     :func:`http_client` (closing it closes that client); ``kwargs`` go to ``AsyncOpenAI``."""
-    import openai
+    import openai  # 1-2 s to import: only when an agent makes a client
 
     kwargs.setdefault("http_client", http_client())
     return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, **kwargs)

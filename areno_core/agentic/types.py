@@ -48,6 +48,7 @@ from typing import Any, Literal
 
 import attrs
 
+from areno_core.agentic import clients
 from areno_core.agentic.isolation import run_isolated, shared_loop_object
 from areno_core.log import get_logger, warn_once
 
@@ -101,17 +102,13 @@ class AgentContext:
         CPU time to make instead of about 50 ms (:mod:`areno_core.agentic.clients`). Make it
         inside the per-sample function, like any client, and close it there (``async
         with``). ``kwargs`` go to ``AsyncOpenAI`` (``timeout``, ``max_retries``, ...)."""
-        from areno_core.agentic.clients import openai_client
-
-        return openai_client(self.get_base_url(item), self.api_key, **kwargs)
+        return clients.openai_client(self.get_base_url(item), self.api_key, **kwargs)
 
     def http_client(self, **kwargs: Any) -> Any:
         """A new ``httpx.AsyncClient`` on the shared TLS context, for a framework that takes
         one (``ChatOpenAI(http_async_client=...)``, ``AsyncOpenAI(http_client=...)``); the
         same saving as :meth:`openai_client`. ``kwargs`` go to the client."""
-        from areno_core.agentic.clients import http_client
-
-        return http_client(**kwargs)
+        return clients.http_client(**kwargs)
 
     async def run_each(
         self,
