@@ -29,6 +29,13 @@ from areno_core.cli.plugins_cmd import plugins
 from areno_core.cli.serve_cmd import serve
 from areno_core.cli.train import train
 from areno_core.errors import ArenoError
+from areno_core.models.kernel_caches import bound_kernel_caches
+
+# bfloat16 products on a CPU keep a kernel per shape in two caches of 1,024 entries, which
+# fill with kernels areno's varying shapes never reuse (areno_core.models.kernel_caches). The
+# capacities are read when torch builds its first such kernel, long after this; the rollout
+# worker inherits them.
+bound_kernel_caches()
 
 err_console = Console(stderr=True)
 

@@ -50,6 +50,7 @@ from areno_core.models.compat import (
     is_activation_checkpointing,
     output_cache,
 )
+from areno_core.models.kernel_caches import bound_kernel_caches
 from areno_core.models.scratch import (
     build_random_config,
     build_random_model,
@@ -308,6 +309,7 @@ def load_model(
     """
     _check_role(role, POLICY_ROLES)
     resolved = resolve_dtype(dtype)
+    bound_kernel_caches()  # before the model's first bfloat16 product on a CPU
     if is_random_ref(ref):
         model: PreTrainedModel = _random_lm(ref, resolved, attn_implementation)
     else:
@@ -477,6 +479,7 @@ def load_value_model(
     """
     _check_role(role, VALUE_ROLES)
     resolved = resolve_dtype(dtype)
+    bound_kernel_caches()  # before the model's first bfloat16 product on a CPU
     kwargs = _load_kwargs(resolved, attn_implementation)
     if is_random_ref(ref):
         lm = _random_lm(ref, resolved, attn_implementation)
