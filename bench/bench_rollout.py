@@ -23,7 +23,8 @@ Sides (``--sides``, the first areno side is compared with the first ``hf`` side)
   copy of the prompt's keys/values);
 * ``areno-hf``: the native engine running the transformers module (``lean_forward=False``);
 * ``areno-bf16``: the native engine on the model loaded in bfloat16 (what ``--dtype
-  bfloat16`` gives a run);
+  bfloat16`` gives a run); ``areno-bf16-unpacked``: the same with ``prepacked_weights=False``
+  (oneDNN reorders each weight in every product, as before that option);
 * ``hf``: ``generate`` in float32; ``hf-bf16``: ``generate`` on the model loaded in bfloat16.
 
 Throughput is generated tokens per second for one ``generate`` call, per wall second and per
@@ -48,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-SIDES = ("areno", "areno-copy", "areno-hf", "areno-bf16", "hf", "hf-bf16")
+SIDES = ("areno", "areno-copy", "areno-hf", "areno-bf16", "areno-bf16-unpacked", "hf", "hf-bf16")
 SAMPLES_PER_PROMPT = 8  # the grpo scenario
 
 
@@ -77,12 +78,14 @@ def run_areno(args: Any) -> dict[str, Any]:
     from areno_core.rollout.native import NativeEngine, NativeEngineConfig
     from areno_core.types import SamplingParams
 
-    dtype = "bfloat16" if args.child == "areno-bf16" else "float32"
+    dtype = "bfloat16" if args.child.startswith("areno-bf16") else "float32"
     model = load_model(str(args.model_dir), dtype=dtype, device="cpu")
     prompts, samples = workload(args, model.config.vocab_size)
     eos = () if args.scenario == "decode" else model.generation_config.eos_token_id
     config = NativeEngineConfig(
-        lean_forward=args.child != "areno-hf", shared_prompt_cache=args.child != "areno-copy"
+        lean_forward=args.child != "areno-hf",
+        shared_prompt_cache=args.child != "areno-copy",
+        prepacked_weights=args.child != "areno-bf16-unpacked",
     )
     engine = NativeEngine(model, eos, EngineOptions(attn_backend="native"), config)
     sampling = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)

@@ -245,6 +245,16 @@ def estimate(setup: Setup) -> Plan:
                 "(+ 1 byte of mask)",
             )
         )
+        if not setup.distributed and setup.device == "cpu" and setup.dtype == "bfloat16":
+            rollout_items.append(
+                Item(
+                    "prepacked weights",
+                    total * 2,
+                    "at most: the native engine's linear weights reordered for oneDNN during "
+                    "each generate() call, on CPUs with bfloat16 products "
+                    "(--no-prepacked-weights: none)",
+                )
+            )
     return Plan(setup, tuple(items), activation_items, tuple(rollout_items))
 
 

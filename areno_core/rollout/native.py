@@ -60,12 +60,17 @@ from torch import nn
 from transformers.cache_utils import Cache
 
 from areno_core.accel.attention import FLASH, attention_of, choose_attention
+from areno_core.accel.precision import cpu_has_bf16
 from areno_core.contracts.engine import EngineOptions
 from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger, warn_once
 from areno_core.models.compat import cache_argument
 from areno_core.models.families import has_sliding_window
-from areno_core.models.lean import LeanDecoder, lean_unavailable_reason
+from areno_core.models.lean import (
+    LeanDecoder,
+    lean_unavailable_reason,
+    prepack_unavailable_reason,
+)
 from areno_core.rollout.cuda_graphs import DecodeGraphs
 from areno_core.rollout.generation import Generation, TokenCallback
 from areno_core.rollout.kit import (
@@ -224,7 +229,7 @@ class NativeEngine:
         run: Generation | None = None
         if kept:
             seed = sampling.seed if sampling.seed is not None else draw_seed()
-            with self._rollout_mode():
+            with self._rollout_mode(), self._prepacked(len(kept) * n):
                 run = Generation(
                     self, self._get_store(), prompts, kept, sampling, n, seed, on_tokens=on_tokens
                 )
@@ -282,7 +287,7 @@ class NativeEngine:
         previous = self.options
         self.options = attrs.evolve(previous, max_running=rows)
         try:
-            with self._rollout_mode():
+            with self._rollout_mode(), self._prepacked(rows):
                 run = Generation(
                     self,
                     self._get_store(),
@@ -364,6 +369,20 @@ class NativeEngine:
         input_ids, mask, positions = store.static_inputs(rows)
         with _attention(self.model, "sdpa"), store.static_step(rows):
             return self.forward_logits(input_ids, mask, positions, store.cache)
+
+    @contextlib.contextmanager
+    def _prepacked(self, rows: int) -> Iterator[None]:
+        """The block's decoding on linear weights reordered once for oneDNN, where that pays
+        (``prepacked_weights``; see :meth:`LeanDecoder.prepacked`). Weights change only
+        between generate() calls (``sync_weights``, or a trainer's step on the shared
+        module), and the copies are made anew for every call, so they are never stale."""
+        lean = self.lean_decoder() if self.config.prepacked_weights else None
+        # Measured only where the CPU has bfloat16 instructions (AVX-512 alone emulates them).
+        if lean is None or not cpu_has_bf16() or prepack_unavailable_reason(self.model):
+            yield
+            return
+        with lean.prepacked(min(rows, self.options.max_running or rows)):
+            yield
 
     @contextlib.contextmanager
     def _rollout_mode(self) -> Iterator[None]:

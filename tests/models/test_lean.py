@@ -8,12 +8,14 @@ import pytest
 import torch
 from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
 
+from areno_core.accel.precision import cpu_has_bf16
 from areno_core.contracts.engine import EngineOptions, RolloutSession
 from areno_core.errors import NotAvailableError
 from areno_core.models.lean import (
     LeanDecoder,
     apply_rotary,
     lean_unavailable_reason,
+    prepack_unavailable_reason,
     rms_norm,
 )
 from areno_core.models.scratch import build_random_model
@@ -147,3 +149,86 @@ def test_engine_lean_forward_on_bfloat16_model_stays_close_to_float32(model):
     # bfloat16 keeps ~3 significant digits; tiny random logits are O(0.1-1).
     torch.testing.assert_close(low, high, atol=3e-2, rtol=5e-2)
     assert bool((low.argmax(-1) == high.argmax(-1)).all())
+
+
+# -- weights reordered once for oneDNN (bfloat16 on a CPU with bfloat16 products) -----------
+
+needs_bf16_onednn = pytest.mark.skipif(
+    not cpu_has_bf16()
+    or prepack_unavailable_reason(torch.nn.Linear(2, 2, dtype=torch.bfloat16)) is not None,
+    reason="needs a CPU with bfloat16 instructions (AVX512-BF16 or AMX) and torch's oneDNN",
+)
+
+
+def _bf16_model(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return build_random_model("random:qwen3-tiny", dtype=torch.bfloat16).eval()
+
+
+def test_prepack_is_refused_for_float32_weights(model):
+    assert "not bfloat16" in prepack_unavailable_reason(model)
+
+
+@needs_bf16_onednn
+def test_prepacked_forward_gives_the_same_logits_and_leaves_no_copies():
+    bf16 = _bf16_model()
+    lean = LeanDecoder(bf16)
+    ids = torch.randint(1, 200, (3, 7), generator=torch.Generator().manual_seed(2))
+    positions = torch.arange(7).expand(3, 7)
+    with torch.no_grad():
+        plain = lean.forward(ids, positions, None, _no_cache)
+        with lean.prepacked(rows=32) as size:  # a layout chosen for another batch still runs
+            assert all(linear.packed is not None for linear in lean._linears())
+            packed = lean.forward(ids, positions, None, _no_cache)
+    assert size > 0
+    assert torch.equal(packed, plain)
+    assert all(linear.packed is None for linear in lean._linears())
+    with pytest.raises(RuntimeError, match="inside"), lean.prepacked(rows=4):
+        raise RuntimeError("inside")
+    assert all(linear.packed is None for linear in lean._linears())
+
+
+@needs_bf16_onednn
+def test_prepacked_weights_are_not_used_where_gradients_are_taken():
+    bf16 = _bf16_model()
+    lean = LeanDecoder(bf16)
+    linear = lean.layers[0].up
+    x = torch.randn(4, linear.weight.shape[1], dtype=torch.bfloat16)
+    with lean.prepacked(rows=4):
+        linear(x).float().sum().backward()
+    assert bf16.model.layers[0].mlp.up_proj.weight.grad is not None
+
+
+def _bf16_engine_samples(model, prepacked: bool):
+    engine = NativeEngine(
+        model,
+        (),
+        EngineOptions(attn_backend="native"),
+        NativeEngineConfig(prepacked_weights=prepacked),
+    )
+    prompts = [[5, 9, 12, 7], [3, 4], [8, 8, 8, 1, 2, 6]]
+    sampling = SamplingParams(max_new_tokens=10, temperature=1.0, seed=3)
+    groups = engine.generate(prompts, sampling, n=2)
+    return [[(c.token_ids, c.logprobs) for c in g] for g in groups]
+
+
+@needs_bf16_onednn
+def test_engine_samples_the_same_with_prepacked_weights_and_sees_each_update(monkeypatch):
+    """Same tokens and logprobs with and without the reordered copies, before and after the
+    weights change in place between calls (a trainer's step on the shared module): the
+    copies are made per call, so the second call samples from the new weights."""
+    packs = []
+    real = LeanDecoder.prepacked
+    monkeypatch.setattr(
+        LeanDecoder, "prepacked", lambda self, rows: packs.append(rows) or real(self, rows)
+    )
+    bf16 = _bf16_model()
+    first_packed = _bf16_engine_samples(bf16, prepacked=True)
+    assert first_packed == _bf16_engine_samples(bf16, prepacked=False)
+    with torch.no_grad():
+        for p in bf16.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    second_packed = _bf16_engine_samples(bf16, prepacked=True)
+    assert second_packed == _bf16_engine_samples(bf16, prepacked=False)
+    assert second_packed != first_packed  # the update changed what is sampled
+    assert packs == [6, 6]  # the prepacked calls really reordered, once each, for 3 x 2 rows
