@@ -289,7 +289,7 @@ class LeanDecoder:
         once for oneDNN (``torch.ops.mkldnn._reorder_linear_weight``, what torch's compiler
         does for frozen bfloat16 models), instead of oneDNN reordering each weight in every
         product. The products give the same numbers; in bfloat16 on an AVX512-BF16 CPU they
-        took 13% less time at 32 rows and 30% less at 8 (docs/performance.md). ``rows`` is
+        took 11-13% less time at 32 rows and 23-32% less at 8 (docs/performance.md). ``rows`` is
         the batch the layout is chosen for (any batch runs). The copies are made from the
         weights as they are on entry, so nothing may change the weights inside the block,
         and they are dropped on exit; yields their size in bytes (held while in the block)."""
