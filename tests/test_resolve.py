@@ -170,6 +170,7 @@ def test_resolved_dict_records_plugin_options_and_reloads(tmp_path):
         "prefill_batch_tokens": 512,
         "lean_forward": True,
         "shared_prompt_cache": True,
+        "prepacked_weights": True,
     }
     assert data["backend"] == {"share_prefix": True, "packed_forward": None}
     dump_yaml(data, tmp_path / "config.yaml")

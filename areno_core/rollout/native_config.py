@@ -40,7 +40,8 @@ class NativeEngineConfig:
         True,
         "Native engine: with the lean forward pass and a bfloat16 model on a CPU whose oneDNN "
         "has bfloat16 products (AVX512-BF16 or AMX), reorder the linear weights for oneDNN once "
-        "per generate() call instead of in every product (same numbers; faster decode). The "
+        "per generate() call of at least 32 new tokens instead of in every product (same "
+        "numbers; faster decode). The "
         "copies hold as much memory as those weights while a call runs; off, products read the "
         "weights as they are.",
         negatable=True,

@@ -132,7 +132,12 @@ def test_plugins_json_lists_plugin_and_registrations(capsys, toy_registry):
         "metric_sinks": ["jsonl", "tensorboard"],
     }
     assert by_dist["areno-core"]["options"] == {
-        "rollout engine native": ["prefill_batch_tokens", "lean_forward", "shared_prompt_cache"],
+        "rollout engine native": [
+            "prefill_batch_tokens",
+            "lean_forward",
+            "shared_prompt_cache",
+            "prepacked_weights",
+        ],
         "training backend distributed": ["dist_timeout_s", "fsdp_mixed_precision", "dp_replicate"],
         "training backend local": ["share_prefix", "packed_forward"],
     }

@@ -19,7 +19,7 @@ from areno_core.models.lean import (
     rms_norm,
 )
 from areno_core.models.scratch import build_random_model
-from areno_core.rollout.native import NativeEngine, NativeEngineConfig
+from areno_core.rollout.native import PREPACK_MIN_NEW_TOKENS, NativeEngine, NativeEngineConfig
 from areno_core.types import SamplingParams
 
 
@@ -199,7 +199,7 @@ def test_prepacked_weights_are_not_used_where_gradients_are_taken():
     assert bf16.model.layers[0].mlp.up_proj.weight.grad is not None
 
 
-def _bf16_engine_samples(model, prepacked: bool):
+def _bf16_engine_samples(model, prepacked: bool, max_new_tokens: int = PREPACK_MIN_NEW_TOKENS):
     engine = NativeEngine(
         model,
         (),
@@ -207,7 +207,7 @@ def _bf16_engine_samples(model, prepacked: bool):
         NativeEngineConfig(prepacked_weights=prepacked),
     )
     prompts = [[5, 9, 12, 7], [3, 4], [8, 8, 8, 1, 2, 6]]
-    sampling = SamplingParams(max_new_tokens=10, temperature=1.0, seed=3)
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, seed=3)
     groups = engine.generate(prompts, sampling, n=2)
     return [[(c.token_ids, c.logprobs) for c in g] for g in groups]
 
@@ -232,3 +232,6 @@ def test_engine_samples_the_same_with_prepacked_weights_and_sees_each_update(mon
     assert second_packed == _bf16_engine_samples(bf16, prepacked=False)
     assert second_packed != first_packed  # the update changed what is sampled
     assert packs == [6, 6]  # the prepacked calls really reordered, once each, for 3 x 2 rows
+    # A call too short for the reordering to pay keeps the plain weights.
+    _bf16_engine_samples(bf16, prepacked=True, max_new_tokens=PREPACK_MIN_NEW_TOKENS - 1)
+    assert packs == [6, 6]
