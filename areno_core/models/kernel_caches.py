@@ -12,7 +12,7 @@ product changes from one piece to the next. The caches then fill with kernels th
 used again. Measured on a 2-core AMD EPYC with AVX512-BF16 (docs/performance.md): one SFT
 step's peak RSS on ``random:qwen3-small`` grew from 1.4 GiB to 2.7 GiB over 14 steps with the
 default capacities, while float32 (whose products go through MKL) stayed at 1.6 GiB. With 32
-entries, bfloat16 stayed at 1.3-1.5 GiB for the same CPU time. Workloads with few shapes
+entries, bfloat16 stayed at 1.3-1.4 GiB, for less CPU time. Workloads with few shapes
 (decoding a fixed batch, fixed-length packed sequences) reuse their kernels with 32 entries
 as well.
 
