@@ -24,7 +24,7 @@ Sides (``--sides``, the first areno side is compared with the first ``hf`` side)
 * ``areno-hf``: the native engine running the transformers module (``lean_forward=False``);
 * ``areno-bf16``: the native engine on the model loaded in bfloat16 (what ``--dtype
   bfloat16`` gives a run); ``areno-bf16-unpacked``: the same with ``prepacked_weights=False``
-  (oneDNN reorders each weight in every product, as before that option);
+  (oneDNN multiplies by the plain weights, as before that option);
 * ``hf``: ``generate`` in float32; ``hf-bf16``: ``generate`` on the model loaded in bfloat16.
 
 Throughput is generated tokens per second for one ``generate`` call, per wall second and per

@@ -286,13 +286,14 @@ class LeanDecoder:
     @contextlib.contextmanager
     def prepacked(self, rows: int) -> Iterator[int]:
         """Run the block's no-grad forward passes on copies of the linear weights reordered
-        once for oneDNN (``torch.ops.mkldnn._reorder_linear_weight``, what torch's compiler
-        does for frozen bfloat16 models), instead of oneDNN reordering each weight in every
-        product. The products give the same numbers; in bfloat16 on an AVX512-BF16 CPU they
-        took 11-13% less time at 32 rows and 23-32% less at 8 (docs/performance.md). ``rows`` is
-        the batch the layout is chosen for (any batch runs). The copies are made from the
-        weights as they are on entry, so nothing may change the weights inside the block,
-        and they are dropped on exit; yields their size in bytes (held while in the block)."""
+        once into oneDNN's own layout (``torch.ops.mkldnn._reorder_linear_weight``, what
+        torch's compiler does for frozen bfloat16 models), rather than oneDNN multiplying by
+        the plain weights. The products give the same numbers; in bfloat16 on an AVX512-BF16
+        CPU they took 11-13% less time at 32 rows and 23-32% less at 8
+        (docs/performance.md). ``rows`` is the batch the layout is chosen for (any batch
+        runs). The copies are made from the weights as they are on entry, so nothing may
+        change the weights inside the block, and they are dropped on exit; yields their size
+        in bytes (held while in the block)."""
         linears = self._linears()
         try:
             size = 0

@@ -39,11 +39,10 @@ class NativeEngineConfig:
     prepacked_weights: bool = option(
         True,
         "Native engine: with the lean forward pass and a bfloat16 model on a CPU whose oneDNN "
-        "has bfloat16 products (AVX512-BF16 or AMX), reorder the linear weights for oneDNN once "
-        "per generate() call of at least 32 new tokens instead of in every product (same "
-        "numbers; faster decode). The "
-        "copies hold as much memory as those weights while a call runs; off, products read the "
-        "weights as they are.",
+        "has bfloat16 products (AVX512-BF16 or AMX), copy the linear weights into oneDNN's own "
+        "layout once per generate() call of at least 32 new tokens (same numbers; faster "
+        "decode). The copies hold as much memory as those weights while a call runs; off, "
+        "products read the weights as they are.",
         negatable=True,
     )
 
