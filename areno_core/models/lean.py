@@ -220,7 +220,8 @@ _LAYER_LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
 
 def prepack_unavailable_reason(model: nn.Module) -> str | None:
     """Why :meth:`LeanDecoder.prepacked` would not pay for ``model`` (None: it would): it
-    reorders bfloat16 weights on a CPU whose oneDNN runs bfloat16 products natively."""
+    reorders bfloat16 weights on a CPU whose oneDNN has bfloat16 products (the same check as
+    ``areno_core.accel.precision.cpu_has_bf16``: AVX512-BF16 or AMX)."""
     weight = next(model.parameters(), None)
     if weight is None or weight.device.type != "cpu" or weight.dtype != torch.bfloat16:
         return "its weights are not bfloat16 on a CPU"

@@ -60,7 +60,6 @@ from torch import nn
 from transformers.cache_utils import Cache
 
 from areno_core.accel.attention import FLASH, attention_of, choose_attention
-from areno_core.accel.precision import cpu_has_bf16
 from areno_core.contracts.engine import EngineOptions
 from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger, warn_once
@@ -386,11 +385,9 @@ class NativeEngine:
         that may decode fewer than :data:`PREPACK_MIN_NEW_TOKENS` tokens keeps the plain
         weights: reordering costs more than so few steps save."""
         lean = self.lean_decoder() if self.config.prepacked_weights else None
-        # Measured only where the CPU has bfloat16 instructions (AVX-512 alone emulates them).
         if (
             lean is None
             or new_tokens < PREPACK_MIN_NEW_TOKENS
-            or not cpu_has_bf16()
             or prepack_unavailable_reason(self.model)
         ):
             yield
