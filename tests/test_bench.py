@@ -311,6 +311,33 @@ def test_bench_refuses_bad_arguments_before_measuring(script, argument, error, f
     assert first_output not in proc.stdout
 
 
+def test_grpo_phases_alternates_configurations_in_one_process(tmp_path) -> None:
+    out = tmp_path / "phases.json"
+    proc = bench(
+        "bench_grpo_phases.py", "--steps", "2", "--config", "packed=off,shared=on",
+        "--config", "packed=on", "--json", str(out),
+    )  # fmt: skip
+    results = json.loads(out.read_text())["results"]
+    assert [r["config"] for r in results] == ["packed=off,shared=on", "packed=on,shared=auto"]
+    for r in results:
+        assert 0 < r["rollout_ms"] < r["step_ms"] and 0 < r["update_ms"] < r["step_ms"]
+        assert r["step_ms_min"] <= r["step_ms"] <= r["step_ms_max"]
+        assert 0.0 <= r["reward_last3"] <= 1.0
+    assert "packed=on,shared=auto" in proc.stdout
+
+
+def test_grpo_phases_refuses_an_unknown_setting_before_measuring() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_grpo_phases.py"), "--config", "packed=maybe"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "--config 'packed=maybe'" in proc.stderr and "got 'packed=maybe'" in proc.stderr
+    assert "machine:" not in proc.stdout
+
+
 @pytest.mark.slow
 def test_async_bench_runs_both_sides_and_reports_accuracy_and_cpu_time(tmp_path) -> None:
     out = tmp_path / "async.json"

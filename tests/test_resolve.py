@@ -169,7 +169,7 @@ def test_resolved_dict_records_plugin_options_and_reloads(tmp_path):
     assert data["rollout_engine"] == {
         "prefill_batch_tokens": 512,
         "lean_forward": True,
-        "shared_prompt_cache": True,
+        "shared_prompt_cache": None,
         "prepacked_weights": True,
     }
     assert data["backend"] == {"share_prefix": True, "packed_forward": None}

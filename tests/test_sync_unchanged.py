@@ -1,8 +1,12 @@
 """Synchronous training is what it was before asynchronous rollout existed, bit for bit.
 
 ``tests/fixtures/sync_metrics.json`` holds the metrics (``time/*``, ``memory/*`` and rates
-left out: they measure the machine) of short synchronous runs taken on the commit before
-``--async-rollout`` landed (85e375a), with one torch thread. A run repeats bit for bit only
+left out: they measure the machine) of short synchronous runs, with one torch thread. They were
+first taken on the commit before ``--async-rollout`` landed (85e375a), and taken again when
+the CPU defaults changed to the packed training forward and to one prompt copy per row for
+short prompts (2026-11-27): both change numbers only in the last digits of the training
+metrics (relative differences of at most 1e-5, apart from losses that are zero up to
+rounding), and no sampled token or reward. A run repeats bit for bit only
 on the same torch build, CPU instruction set and thread count, so the exact comparison runs
 where the recorded CPU capability matches and the test says why it skipped elsewhere.
 Recapture (only when a change is meant to alter synchronous training) with::

@@ -236,6 +236,19 @@ def _layout_fingerprint(model: nn.Module) -> tuple[tuple[int, int, torch.dtype],
     return tuple((id(p), p.data_ptr(), p.dtype) for p in model.parameters())
 
 
+def check_key(model: nn.Module) -> tuple[Any, ...]:
+    """What a remembered :func:`lean_unavailable_reason` of ``model`` depends on: its
+    parameters (:func:`_layout_fingerprint`), its attention implementation, and the number of
+    hooks registered in this process so far (torch numbers every hook handle it hands out, on
+    any module or tensor, from one counter), so a hook added anywhere since the walk makes the
+    next caller walk again."""
+    return (
+        _layout_fingerprint(model),
+        getattr(model.config, "_attn_implementation", None),
+        torch.utils.hooks.RemovableHandle.next_id,
+    )
+
+
 class LeanDecoder:
     """The forward pass of a Llama-family causal LM as plain tensor operations over the model's
     own parameters (see the module docstring); raises :class:`NotAvailableError` for a model

@@ -14,6 +14,7 @@ import torch
 from areno_core.contracts.engine import EngineOptions
 from areno_core.models.lean import LeanDecoder
 from areno_core.rollout.kv_cache import KVStore, PrefillPlan, prefill_mask
+from areno_core.rollout.native_config import SHARED_PROMPT_MIN_TOKENS
 from areno_core.rollout.sampling import (
     is_greedy,
     sample_next,
@@ -25,6 +26,16 @@ from areno_core.types import FinishReason, SamplingParams
 TokenCallback = Callable[[list[tuple[int, int, int, float]]], None]
 """``on_tokens`` of :meth:`NativeEngine.generate`: ``(prompt index, sample index, token id,
 logprob)`` for every row that sampled a token in one step."""
+
+
+def share_prompts(setting: bool | None, prompts: Sequence[Sequence[int]], kept: list[int]) -> bool:
+    """``shared_prompt_cache`` for one call: the setting, or for ``None`` (auto) whether the
+    kept prompts average at least :data:`SHARED_PROMPT_MIN_TOKENS` tokens."""
+    if setting is not None:
+        return setting
+    if not kept:
+        return False
+    return sum(len(prompts[i]) for i in kept) >= SHARED_PROMPT_MIN_TOKENS * len(kept)
 
 
 class StepModel(Protocol):
@@ -84,15 +95,15 @@ class Generation:
         self.n = n
         self.on_tokens = on_tokens
         self.lean = engine.lean_decoder()
+        self.prompts = prompts
         # Shared-prompt layout: each prompt's keys/values once per group of its n samples.
         # Only with the lean forward pass and eager decode steps (not with CUDA graphs).
         self.shared = (
-            engine.config.shared_prompt_cache
-            and n > 1
+            n > 1
             and self.lean is not None
             and not engine.uses_graphs
+            and share_prompts(engine.config.shared_prompt_cache, prompts, kept)
         )
-        self.prompts = prompts
         self.sampling = sampling
         self.seed = seed
         self.greedy = is_greedy(sampling)

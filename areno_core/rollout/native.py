@@ -27,7 +27,8 @@ When a prompt is sampled ``n > 1`` times and the lean forward pass runs (a CPU),
 values are kept once per group of samples in a :class:`~areno_core.rollout.prefix.PrefixStore`
 instead of in each row, and the rows hold only their generated tokens; decode steps attend to
 the group's prompt once per group and merge it with each row's own attention (see
-:mod:`areno_core.rollout.prefix`; ``shared_prompt_cache=False`` turns it off). With the
+:mod:`areno_core.rollout.prefix`). By default a call does so when its prompts average at least
+16 tokens; ``shared_prompt_cache`` True or False decides for every call. With the
 transformers module (GPUs, ``lean_forward`` off, other model families) every row holds a copy.
 
 Per decode step the engine makes one device-to-host copy (the sampled tokens and their

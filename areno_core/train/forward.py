@@ -78,9 +78,7 @@ def policy_outputs(
         if reason is None:
             # Packed rows cost their real tokens only, so any shared prompt is worth sharing.
             plan = shared_prefix_plan(batch, min_saving=0.0) if share_prefix else None
-            return packed_outputs(
-                model, batch, temperature=temperature, need_entropy=need_entropy, plan=plan
-            )
+            return _lean_packed_outputs(model, batch, temperature, need_entropy, plan)
         warn_once(
             logger,
             f"forward.not_packed.{type(model).__name__}",

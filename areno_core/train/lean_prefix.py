@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from areno_core.models.lean import LeanDecoder, _layout_fingerprint, lean_unavailable_reason
+from areno_core.models.lean import LeanDecoder, check_key, lean_unavailable_reason
 
 _DECODERS: weakref.WeakKeyDictionary[nn.Module, LeanDecoder] = weakref.WeakKeyDictionary()
 _CHECKED: weakref.WeakKeyDictionary[nn.Module, tuple[Any, str | None]] = weakref.WeakKeyDictionary()
@@ -31,12 +31,12 @@ def lean_prefix_reason(model: nn.Module) -> str | None:
     forward pass must support it (SDPA attention included, so the numbers are the module's)
     and, in training mode, attention dropout must be off.
 
-    The walk over the modules is remembered per model while its parameters and attention
-    implementation stay the same (it cost 0.7 ms per microbatch on a 2-layer model); module
-    hooks registered later, without either changing, go unseen, as in the rollout engine.
+    The walk over the modules is remembered per model until its parameters or attention
+    implementation change or any hook is registered (:func:`~areno_core.models.lean.check_key`;
+    the walk cost 0.7 ms per microbatch on a 2-layer model).
     """
     config = model.config
-    key = (_layout_fingerprint(model), getattr(config, "_attn_implementation", None))
+    key = check_key(model)
     checked = _CHECKED.get(model)
     if checked is None or checked[0] != key:
         checked = (key, lean_unavailable_reason(model))

@@ -86,7 +86,6 @@ class LocalBackend:
         self.placement: UpdatePlacement = placement or SingleProcess()
         # The auto decision per policy module (weakly held: a model that is gone is forgotten).
         self._auto_checkpointing: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-        self._checkpointed = False
 
     def _checkpointing(
         self, model: TrainableModel, setting: bool | None, *, rows: int, seq_len: int
@@ -100,7 +99,6 @@ class LocalBackend:
                     None, policy, rows=rows, seq_len=seq_len, device=self.device
                 )
             setting = self._auto_checkpointing[policy]
-        self._checkpointed = bool(setting) or is_activation_checkpointing(model.policy)
         return bool(setting)
 
     @property
@@ -108,13 +106,14 @@ class LocalBackend:
         return Updater(self.placement, self.share_prefix, self._packed())
 
     def _packed(self) -> bool:
-        """``packed_forward``, or for ``None`` (auto): packed on a CPU when the policy
-        checkpoints its activations, the case where only the packed forward still shares
-        prompts between rows (4x less CPU time on the GSM8K GRPO shape, docs/performance.md);
-        the padded forward otherwise, where the two measured within noise of each other."""
+        """``packed_forward``, or for ``None`` (auto): packed on a CPU, where it was as fast or
+        faster on every measured shape (GRPO, SFT; and 4x less CPU time than the padded
+        forward on the GSM8K GRPO shape with activation checkpointing on, since only it still
+        shares prompts there; docs/performance.md); padded on GPUs, where it is not yet
+        measured against the padded forward."""
         if self.packed_forward is not None:
             return self.packed_forward
-        return torch.device(self.device).type == "cpu" and self._checkpointed
+        return torch.device(self.device).type == "cpu"
 
     def algorithm(self, algorithm: str | AlgorithmSpec) -> AlgorithmSpec:
         """The spec of ``algorithm`` (a registered name, or a spec used as it is)."""

@@ -18,7 +18,9 @@ from transformers import (
 from areno_core.contracts.engine import EngineOptions
 from areno_core.engine_conformance import EOS, TINY_SIZES, VOCAB, conformance_model
 from areno_core.rollout.generation import row_slots as _slots
+from areno_core.rollout.generation import share_prompts
 from areno_core.rollout.native import NativeEngine, NativeEngineConfig
+from areno_core.rollout.native_config import SHARED_PROMPT_MIN_TOKENS
 from areno_core.rollout.prefix import (
     PrefixStore,
     attention_with_lse,
@@ -155,7 +157,7 @@ def prompts() -> list[list[int]]:
     return [torch.randint(4, VOCAB, (n,), generator=gen).tolist() for n in (9, 2, 14, 5, 1)]
 
 
-def _generate(model, prompts, sampling, *, shared: bool, n: int, max_running=None):
+def _generate(model, prompts, sampling, *, shared: bool | None, n: int, max_running=None):
     engine = NativeEngine(
         model,
         [EOS],
@@ -266,3 +268,33 @@ def test_engine_shared_prompt_cache_widens_and_adds_groups_while_rows_run(model)
     _assert_same_samples(shared, copied, atol=1e-5)
     prefix = shared_engine._store.prefix
     assert prefix.cols == 48 and prefix.capacity > 2
+
+
+# -- auto: the layout chosen by the call's prompt lengths --------------------------------------
+
+
+def test_share_prompts_auto_follows_the_mean_length_of_the_kept_prompts() -> None:
+    prompts = [[1] * 4, [1] * 30, [1] * 10]
+    assert SHARED_PROMPT_MIN_TOKENS == 16
+    # Kept: 4 and 30 tokens, mean 17; 4 and 10, mean 7; the skipped prompt does not count.
+    assert share_prompts(None, prompts, [0, 1]) is True
+    assert share_prompts(None, prompts, [0, 2]) is False
+    assert share_prompts(None, [[1] * 16], [0]) is True
+    assert share_prompts(None, [[1] * 15], [0]) is False
+    assert share_prompts(None, prompts, []) is False
+    # A setting decides for every call.
+    assert share_prompts(True, prompts, [0, 2]) is True
+    assert share_prompts(False, prompts, [1]) is False
+
+
+@pytest.mark.parametrize(("length", "expect_shared"), [(6, False), (24, True)])
+def test_engine_auto_shares_long_prompts_and_copies_short_ones(model, length, expect_shared):
+    gen = torch.Generator().manual_seed(3)
+    batch = [torch.randint(4, VOCAB, (length,), generator=gen).tolist() for _ in range(3)]
+    sampling = SamplingParams(max_new_tokens=6, temperature=1.0, seed=1)
+    auto_engine, auto = _generate(model, batch, sampling, shared=None, n=4)
+    _, forced = _generate(model, batch, sampling, shared=expect_shared, n=4)
+    assert (auto_engine._store.prefix.capacity > 0) is expect_shared
+    # The same layout as the forced one, so the same numbers exactly.
+    assert [[c.token_ids for c in g] for g in auto] == [[c.token_ids for c in g] for g in forced]
+    assert [[c.logprobs for c in g] for g in auto] == [[c.logprobs for c in g] for g in forced]

@@ -113,14 +113,23 @@ def test_local_backend_follows_an_explicit_setting(setting):
 
 
 @pytest.mark.parametrize(
-    ("packed", "checkpointing", "expected"),
-    [(None, True, True), (None, False, False), (False, True, False), (True, False, True)],
+    ("device", "packed", "checkpointing", "expected"),
+    [
+        ("cpu", None, True, True),
+        ("cpu", None, False, True),
+        ("cpu", False, True, False),
+        ("cpu", True, False, True),
+        ("meta", None, False, False),
+        ("meta", True, False, True),
+    ],
 )
-def test_packed_forward_auto_packs_on_cpu_when_activations_are_checkpointed(
-    packed, checkpointing, expected
+def test_packed_forward_auto_packs_on_cpu_whether_or_not_activations_are_checkpointed(
+    device, packed, checkpointing, expected
 ):
-    # Under checkpointing only the packed forward shares a prompt between rows.
+    # Auto packs on a CPU with checkpointing on (only the packed forward shares a prompt
+    # between rows then) and off (as fast or faster there); on other devices it stays padded.
     model = TrainableModel.from_ckpt("random:qwen3-tiny")
     backend = LocalBackend(device="cpu", packed_forward=packed)
     backend.setup(model, backend.algorithm("grpo"), activation_checkpointing=checkpointing)
+    backend.device = device  # the decision reads the device only; "meta" stands for a GPU
     assert backend._updater.packed_forward is expected

@@ -127,6 +127,30 @@ def test_packed_forward_falls_back_to_the_module_when_hooks_are_registered(model
     torch.testing.assert_close(flat["logprobs"][valid], padded["logprobs"][valid], **TOL)
 
 
+def test_packed_check_is_remembered_until_a_hook_or_the_parameters_change(monkeypatch):
+    from areno_core.train import packed
+
+    model = build_random_model("random:qwen3-tiny")
+    walks = []
+    real = packed.lean_unavailable_reason
+    monkeypatch.setattr(
+        packed, "lean_unavailable_reason", lambda m, **kw: walks.append(1) or real(m, **kw)
+    )
+    assert packed_unavailable_reason(model) is None
+    assert packed_unavailable_reason(model) is None
+    assert len(walks) == 1  # remembered
+    # A hook on a submodule, registered after the walk, is seen.
+    handle = model.model.layers[1].mlp.register_forward_pre_hook(lambda *a: None)
+    try:
+        assert "layers.1.mlp has forward hooks" in (packed_unavailable_reason(model) or "")
+        assert len(walks) == 2
+    finally:
+        handle.remove()
+    # New parameters (a move to another dtype) are walked again.
+    model.to(torch.float64)
+    assert packed_unavailable_reason(model) is None and len(walks) == 3
+
+
 def test_packed_forward_in_bfloat16_stays_close_to_float32(model):
     low = build_random_model("random:qwen3-tiny").to(torch.bfloat16)
     low.load_state_dict({k: v.to(torch.bfloat16) for k, v in model.state_dict().items()})
