@@ -88,6 +88,15 @@ def pipes():
     outbox_read.close()
 
 
+def receive(connection, timeout: float = 60.0):
+    """The next message on ``connection``, or a failure after ``timeout`` seconds: a message
+    that never comes fails the test instead of hanging the suite (seen once under
+    pytest-xdist, in test_a_streaming_request_sends_its_early_groups_before_its_batch, with
+    no serving thread left alive; not reproduced in 6 runs of this file)."""
+    assert connection.poll(timeout), f"no message from the serving loop within {timeout:g} s"
+    return connection.recv()
+
+
 def weights(version: int) -> Weights:
     return Weights(version, pack_weights(torch.nn.Linear(2, 2)))
 
@@ -123,9 +132,9 @@ def test_batch_in_flight_finishes_with_its_weights_and_the_next_takes_the_newest
     inbox_write.send(request(0))
     server = threading.Thread(target=serve, args=(runner, mailbox, outbox_write))
     server.start()
-    first = outbox_read.recv()
+    first = receive(outbox_read)
     inbox_write.send(request(1))
-    second = outbox_read.recv()
+    second = receive(outbox_read)
     inbox_write.send(Stop())
     server.join(timeout=10)
     assert not server.is_alive()
@@ -241,15 +250,15 @@ def test_weights_arriving_while_two_batches_are_in_flight_wait_for_both(pipes):
     time.sleep(0.2)
     assert runner.engine.loaded == [0] and not runner.began(2).is_set()
     runner.gate(0).set()
-    assert outbox_read.recv().step == 0
+    assert receive(outbox_read).step == 0
     time.sleep(0.2)  # one batch still samples with version 0: nothing loads, nothing starts
     assert runner.engine.loaded == [0] and not runner.began(2).is_set()
     runner.gate(1).set()
-    last = outbox_read.recv()
+    last = receive(outbox_read)
     assert last.step == 1
     assert runner.began(2).wait(10)
     runner.gate(2).set()
-    third = outbox_read.recv()
+    third = receive(outbox_read)
     stop(server, inbox_write)
     assert runner.sampled_with == [(0, 0), (1, 0), (2, 1)]
     assert runner.engine.loaded == [0, 1]
@@ -275,7 +284,7 @@ def test_never_more_batches_in_flight_than_the_bound(pipes):
         time.sleep(0.05)  # room for a third batch to start, were the bound not kept
         assert runner.running <= 2
         runner.gate(step).set()
-        done.append(outbox_read.recv())
+        done.append(receive(outbox_read))
     stop(server, inbox_write)
     assert runner.most_running == 2
     assert [b.step for b in done] == [0, 1, 2, 3, 4]
@@ -291,9 +300,9 @@ def test_a_batch_that_finishes_first_goes_to_the_trainer_first(pipes):
     server = start_serving(runner, inbox_read, outbox_write, bound=2)
     assert runner.began(0).wait(10) and runner.began(1).wait(10)
     runner.gate(1).set()  # batch 0 straggles
-    first = outbox_read.recv()
+    first = receive(outbox_read)
     runner.gate(0).set()
-    second = outbox_read.recv()
+    second = receive(outbox_read)
     stop(server, inbox_write)
     assert (first.step, second.step) == (1, 0)
 
@@ -309,7 +318,7 @@ def test_one_batch_in_flight_at_a_time_with_a_bound_of_one(pipes):
     assert not runner.began(1).is_set()
     runner.gate(0).set()
     runner.gate(1).set()
-    done = [outbox_read.recv() for _ in range(2)]
+    done = [receive(outbox_read) for _ in range(2)]
     stop(server, inbox_write)
     assert [b.step for b in done] == [0, 1] and runner.most_running == 1
     assert all("rollout/inflight_batches" not in b.metrics for b in done)  # no overlap to show
@@ -368,7 +377,7 @@ def _serve_batches(runner, bound: int, policy: torch.nn.Module) -> dict[int, Bat
     server = start_serving(runner, inbox_read, outbox_write, bound=bound)
     batches = {}
     for _ in range(2):
-        batch = outbox_read.recv()
+        batch = receive(outbox_read)
         batches[batch.step] = batch
     stop(server, inbox_write)
     for end in (inbox_read, inbox_write, outbox_read, outbox_write):
@@ -409,7 +418,7 @@ def test_a_streaming_request_sends_its_early_groups_before_its_batch(pipes):
     for message in (weights(0), owed, request(0)):
         inbox_write.send(message)
     server = start_serving(runner, inbox_read, outbox_write, bound=1)
-    first, second, third = outbox_read.recv(), outbox_read.recv(), outbox_read.recv()
+    first, second, third = receive(outbox_read), receive(outbox_read), receive(outbox_read)
     stop(server, inbox_write)
     assert isinstance(first, Group) and (first.step, first.group) == (-1, "group of a")
     assert isinstance(second, Batch) and (second.step, second.groups) == (-1, ["group of b"])
@@ -439,7 +448,7 @@ def test_a_streamed_batch_sends_what_the_same_batch_sends_whole(monkeypatch):
         server = start_serving(runner, inbox_read, outbox_write, bound=1)
         messages = []
         while sum(isinstance(m, Batch) for m in messages) < 2:
-            messages.append(outbox_read.recv())
+            messages.append(receive(outbox_read))
         stop(server, inbox_write)
         for end in (inbox_read, inbox_write, outbox_read, outbox_write):
             end.close()
