@@ -18,8 +18,9 @@ response, no padding) per CPU second are reported beside target tokens: ``trl-pa
 trains other rows than areno in each step (best-fit decreasing puts the longest first), whose
 share of response tokens differs.
 
-Sides (``--sides``): ``areno`` (padded microbatches cut by length), ``areno-packed``
-(``packed_forward``: rows without padding), ``areno-packed-bf16`` (the same on the model loaded
+Sides (``--sides``): ``areno`` (padded microbatches cut by length, ``packed_forward=False``;
+the CPU default until 2026-11-27), ``areno-packed`` (``packed_forward``: rows without padding,
+the CPU default since), ``areno-packed-bf16`` (the same on the model loaded
 in bfloat16 with float32 master weights, what ``--dtype bfloat16`` runs), ``trl`` (padded),
 ``trl-padfree`` (``padding_free=True``), ``trl-packing`` (``packing=True``, best-fit
 decreasing into 2,048-token sequences, one per microbatch; TRL then runs padding-free too) and
