@@ -76,23 +76,36 @@ def pipes():
     inbox_read, inbox_write = Pipe(duplex=False)
     outbox_read, outbox_write = Pipe(duplex=False)
     yield inbox_read, inbox_write, outbox_read, outbox_write
-    # Writers first: a mailbox thread still reading the inbox then sees the end and stops.
-    # Only then the readers: a thread that read a closed descriptor would read the next test's
-    # pipe, opened under the same number, and steal its messages.
+    close_pipes(inbox_read, inbox_write, outbox_read, outbox_write)
+
+
+def close_pipes(inbox_read, inbox_write, outbox_read, outbox_write) -> None:
+    """Close a serving loop's pipes without leaving its mailbox thread a descriptor to reuse.
+
+    Writers first: a mailbox thread still reading the inbox then sees the end and stops. Only
+    then the readers: a thread that read a closed descriptor would read the next pipe opened
+    under the same number (the next test's, or the next call's in the same test) and steal its
+    messages; the serving loop reading the rest then sees a broken message, takes it for a
+    closed pipe and returns, and the test waits for a batch that never comes. Closing the four
+    ends in one go did that under pytest-xdist in about one run of tests/runner in three.
+    """
     inbox_write.close()
     outbox_write.close()
     for thread in threading.enumerate():
-        if thread.name == "areno-mailbox":
+        # The mailbox thread of this inbox only (its target is the Mailbox's bound _read):
+        # other tests' leftover mailboxes read other pipes and need not end now.
+        mailbox = getattr(getattr(thread, "_target", None), "__self__", None)
+        if thread.name == "areno-mailbox" and getattr(mailbox, "_connection", None) is inbox_read:
             thread.join(timeout=10)
+            assert not thread.is_alive(), "the mailbox thread did not see its inbox close"
     inbox_read.close()
     outbox_read.close()
 
 
 def receive(connection, timeout: float = 60.0):
     """The next message on ``connection``, or a failure after ``timeout`` seconds: a message
-    that never comes fails the test instead of hanging the suite (seen once under
-    pytest-xdist, in test_a_streaming_request_sends_its_early_groups_before_its_batch, with
-    no serving thread left alive; not reproduced in 6 runs of this file)."""
+    that never comes fails the test instead of hanging the suite (see :func:`close_pipes`
+    for the one way that happened)."""
     assert connection.poll(timeout), f"no message from the serving loop within {timeout:g} s"
     return connection.recv()
 
@@ -380,8 +393,7 @@ def _serve_batches(runner, bound: int, policy: torch.nn.Module) -> dict[int, Bat
         batch = receive(outbox_read)
         batches[batch.step] = batch
     stop(server, inbox_write)
-    for end in (inbox_read, inbox_write, outbox_read, outbox_write):
-        end.close()
+    close_pipes(inbox_read, inbox_write, outbox_read, outbox_write)
     return batches
 
 
@@ -450,8 +462,7 @@ def test_a_streamed_batch_sends_what_the_same_batch_sends_whole(monkeypatch):
         while sum(isinstance(m, Batch) for m in messages) < 2:
             messages.append(receive(outbox_read))
         stop(server, inbox_write)
-        for end in (inbox_read, inbox_write, outbox_read, outbox_write):
-            end.close()
+        close_pipes(inbox_read, inbox_write, outbox_read, outbox_write)
     finally:
         torch.set_num_threads(threads)
     early = [m for m in messages if isinstance(m, Group)]
