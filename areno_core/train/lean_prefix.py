@@ -15,41 +15,21 @@ bit for bit in float32 (tests/train/test_lean_prefix.py compares both).
 from __future__ import annotations
 
 import weakref
-from typing import Any
 
 import torch
 from torch import nn
 
-from areno_core.models.lean import LeanDecoder, check_key, lean_unavailable_reason
+from areno_core.models.lean import LeanDecoder, lean_training_reason
 
 _DECODERS: weakref.WeakKeyDictionary[nn.Module, LeanDecoder] = weakref.WeakKeyDictionary()
-_CHECKED: weakref.WeakKeyDictionary[nn.Module, tuple[Any, str | None]] = weakref.WeakKeyDictionary()
 
 
 def lean_prefix_reason(model: nn.Module) -> str | None:
     """Why :func:`shared_prefix_logits` cannot run ``model`` (None when it can): the lean
     forward pass must support it (SDPA attention included, so the numbers are the module's)
-    and, in training mode, attention dropout must be off.
-
-    The walk over the modules is remembered per model until its parameters or attention
-    implementation change or any hook is registered (:func:`~areno_core.models.lean.check_key`;
-    the walk cost 0.7 ms per microbatch on a 2-layer model).
-    """
-    config = model.config
-    key = check_key(model)
-    checked = _CHECKED.get(model)
-    if checked is None or checked[0] != key:
-        checked = (key, lean_unavailable_reason(model))
-        _CHECKED[model] = checked
-    if checked[1] is not None:
-        return checked[1]
-    if torch.nn.modules.module._global_forward_hooks or (
-        torch.nn.modules.module._global_forward_pre_hooks
-    ):
-        return "global module hooks are registered"
-    if model.training and float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
-        return "attention dropout is on"
-    return None
+    and, in training mode, attention dropout must be off
+    (:func:`~areno_core.models.lean.lean_training_reason`, remembered per model)."""
+    return lean_training_reason(model, require_sdpa=True)
 
 
 def _decoder(model: nn.Module) -> LeanDecoder:

@@ -24,7 +24,6 @@ some arithmetic on padding, the matrix products do none.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import attrs
@@ -36,38 +35,18 @@ from torch.utils.checkpoint import checkpoint
 from areno_core.models.lean import (
     _repeat_kv,
     apply_rotary,
-    check_key,
-    lean_unavailable_reason,
+    lean_training_reason,
     rms_norm,
 )
 from areno_core.models.loading import is_activation_checkpointing
 
-_CHECKED: weakref.WeakKeyDictionary[nn.Module, tuple[Any, str | None]] = weakref.WeakKeyDictionary()
-
 
 def packed_unavailable_reason(model: nn.Module) -> str | None:
     """Why :func:`packed_policy_outputs` cannot run ``model`` (None when it can): the lean
-    forward pass must support it, and attention dropout must be off. Activation checkpointing
-    is fine: :func:`packed_hidden` then checkpoints each decoder layer itself.
-
-    The walk over the modules is remembered per model until its parameters change or any hook
-    is registered (:func:`~areno_core.models.lean.check_key`): it cost 0.5 ms of a 45 ms GRPO
-    step on a 2-layer model, asked twice per microbatch.
-    """
-    key = check_key(model)
-    checked = _CHECKED.get(model)
-    if checked is None or checked[0] != key:
-        checked = (key, lean_unavailable_reason(model, require_sdpa=False))
-        _CHECKED[model] = checked
-    if checked[1] is not None:
-        return checked[1]
-    if torch.nn.modules.module._global_forward_hooks or (
-        torch.nn.modules.module._global_forward_pre_hooks
-    ):
-        return "global module hooks are registered"
-    if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
-        return "attention dropout is on"
-    return None
+    forward pass must support it, and attention dropout must be off
+    (:func:`~areno_core.models.lean.lean_training_reason`, remembered per model). Activation
+    checkpointing is fine: :func:`packed_hidden` then checkpoints each decoder layer itself."""
+    return lean_training_reason(model, require_sdpa=False)
 
 
 @attrs.frozen

@@ -7,6 +7,7 @@ import torch
 
 from areno_core.models.scratch import build_random_model
 from areno_core.train.forward import packed_outputs, policy_outputs, shared_prefix_plan
+from areno_core.train.lean_prefix import lean_prefix_reason
 from areno_core.train.packed import build_layout, packed_unavailable_reason
 
 from .test_shared_prefix import grouped_batch
@@ -128,13 +129,13 @@ def test_packed_forward_falls_back_to_the_module_when_hooks_are_registered(model
 
 
 def test_packed_check_is_remembered_until_a_hook_or_the_parameters_change(monkeypatch):
-    from areno_core.train import packed
+    from areno_core.models import lean
 
     model = build_random_model("random:qwen3-tiny")
     walks = []
-    real = packed.lean_unavailable_reason
+    real = lean.lean_unavailable_reason
     monkeypatch.setattr(
-        packed, "lean_unavailable_reason", lambda m, **kw: walks.append(1) or real(m, **kw)
+        lean, "lean_unavailable_reason", lambda m, **kw: walks.append(1) or real(m, **kw)
     )
     assert packed_unavailable_reason(model) is None
     assert packed_unavailable_reason(model) is None
@@ -149,6 +150,9 @@ def test_packed_check_is_remembered_until_a_hook_or_the_parameters_change(monkey
     # New parameters (a move to another dtype) are walked again.
     model.to(torch.float64)
     assert packed_unavailable_reason(model) is None and len(walks) == 3
+    # The padded shared-prompt forward asks with SDPA required: its own answer, walked once.
+    assert lean_prefix_reason(model) is None and lean_prefix_reason(model) is None
+    assert len(walks) == 4
 
 
 def test_packed_forward_in_bfloat16_stays_close_to_float32(model):
