@@ -248,8 +248,11 @@ def lean_training_reason(model: nn.Module, *, require_sdpa: bool) -> str | None:
     shared-prompt forward (``require_sdpa=True``, so the numbers are the module's).
 
     The walk over the modules is remembered per model until :func:`check_key` changes (new
-    parameters, another attention implementation, or any hook registered anywhere): it cost
-    0.5-0.7 ms per microbatch on a 2-layer model, a step of 45 ms asking twice.
+    parameters, another attention implementation, or any hook registered anywhere, global
+    ones included): it cost 0.5-0.7 ms per microbatch on a 2-layer model, a step of 45 ms
+    asking twice. Removing a hook does not change the key, so a model refused for a hook
+    stays on the module's own forward (slower, same numbers up to rounding) until its
+    parameters change.
     """
     key = check_key(model)
     remembered = _CHECKED.setdefault(model, {})
@@ -259,10 +262,6 @@ def lean_training_reason(model: nn.Module, *, require_sdpa: bool) -> str | None:
         remembered[require_sdpa] = checked
     if checked[1] is not None:
         return checked[1]
-    if torch.nn.modules.module._global_forward_hooks or (
-        torch.nn.modules.module._global_forward_pre_hooks
-    ):
-        return "global module hooks are registered"
     if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
         return "attention dropout is on"
     return None

@@ -147,12 +147,19 @@ def test_packed_check_is_remembered_until_a_hook_or_the_parameters_change(monkey
         assert len(walks) == 2
     finally:
         handle.remove()
+    # So is a global module hook.
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda *a: None)
+    try:
+        assert packed_unavailable_reason(model) == "global module hooks are registered"
+        assert len(walks) == 3
+    finally:
+        handle.remove()
     # New parameters (a move to another dtype) are walked again.
     model.to(torch.float64)
-    assert packed_unavailable_reason(model) is None and len(walks) == 3
+    assert packed_unavailable_reason(model) is None and len(walks) == 4
     # The padded shared-prompt forward asks with SDPA required: its own answer, walked once.
     assert lean_prefix_reason(model) is None and lean_prefix_reason(model) is None
-    assert len(walks) == 4
+    assert len(walks) == 5
 
 
 def test_packed_forward_in_bfloat16_stays_close_to_float32(model):
