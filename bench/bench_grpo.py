@@ -170,24 +170,48 @@ def areno_update(
     )
 
 
-def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
-    common.set_threads(args.threads)
+def areno_parts(
+    model_dir: Any,
+    seed: int,
+    *,
+    share_prefix: bool = True,
+    packed_forward: bool | None = None,
+    shared_prompt_cache: bool | None = None,
+) -> tuple[Any, Any, Any, Any]:
+    """areno's side of a run: the model loaded from ``model_dir``, the local backend, the
+    native engine on the model's policy, and the reward scorer (the completion decoded without
+    special tokens, as TRL hands it to its reward function). ``None`` settings are areno's
+    defaults."""
     from areno_core.backend import LocalBackend, TrainableModel
     from areno_core.contracts.engine import EngineOptions
     from areno_core.rewards import RewardScorer
     from areno_core.rollout.native import NativeEngine
-    from areno_core.types import SamplingParams
+    from areno_core.rollout.native_config import NativeEngineConfig
 
-    model = TrainableModel.from_ckpt(str(args.model_dir), seed=args.seed)
+    model = TrainableModel.from_ckpt(str(model_dir), seed=seed)
     tokenizer = model.tokenizer
-    backend = LocalBackend(device="cpu", share_prefix=not args.no_share_prefix)
-    engine = NativeEngine(model.policy, tokenizer, EngineOptions(attn_backend="native"))
+    backend = LocalBackend(device="cpu", share_prefix=share_prefix, packed_forward=packed_forward)
+    engine = NativeEngine(
+        model.policy,
+        tokenizer,
+        EngineOptions(attn_backend="native"),
+        NativeEngineConfig(shared_prompt_cache=shared_prompt_cache),
+    )
 
     def reward_fn(record: Any) -> float:
         text = tokenizer.decode(list(record.token_ids), skip_special_tokens=True)
         return score_text(text, record.answer or "")
 
-    scorer = RewardScorer(reward_fn)
+    return model, backend, engine, RewardScorer(reward_fn)
+
+
+def run_areno(args: Any, shape: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
+    common.set_threads(args.threads)
+    from areno_core.types import SamplingParams
+
+    model, backend, engine, scorer = areno_parts(
+        args.model_dir, args.seed, share_prefix=not args.no_share_prefix
+    )
     sampling = SamplingParams(max_new_tokens=shape["new_tokens"], temperature=1.0)
     clock = common.StepClock(shape["warmup"])
     rewards: list[float] = []

@@ -54,30 +54,13 @@ def label(config: dict[str, bool | None]) -> str:
 
 
 def build_side(model_dir: Path, config: dict[str, bool | None]) -> dict[str, Any]:
-    from areno_core.backend import LocalBackend, TrainableModel
-    from areno_core.contracts.engine import EngineOptions
-    from areno_core.rewards import RewardScorer
-    from areno_core.rollout.native import NativeEngine
-    from areno_core.rollout.native_config import NativeEngineConfig
-
-    model = TrainableModel.from_ckpt(str(model_dir), seed=0)
-    tokenizer = model.tokenizer
-
-    def reward_fn(record: Any) -> float:
-        text = tokenizer.decode(list(record.token_ids), skip_special_tokens=True)
-        return bench_grpo.score_text(text, record.answer or "")
-
+    model, backend, engine, scorer = bench_grpo.areno_parts(model_dir, 0, **config)
     return {
         "label": label(config),
         "model": model,
-        "backend": LocalBackend(device="cpu", packed_forward=config["packed_forward"]),
-        "engine": NativeEngine(
-            model.policy,
-            tokenizer,
-            EngineOptions(attn_backend="native"),
-            NativeEngineConfig(shared_prompt_cache=config["shared_prompt_cache"]),
-        ),
-        "scorer": RewardScorer(reward_fn),
+        "backend": backend,
+        "engine": engine,
+        "scorer": scorer,
         "rollout_ms": [],
         "update_ms": [],
         "rewards": [],
