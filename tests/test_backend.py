@@ -284,3 +284,38 @@ def test_train_multi_message_reply_error_names_the_row(model):
     with pytest.raises(DatasetError, match=r"^row 1: a trained reply \(an sft response, a dpo"):
         LocalBackend().train(model, pairs, algorithm="dpo", mini_bs=2)
     assert model.step == 0
+
+
+def _record_cudnn_flag_at_each_sdpa_call(monkeypatch) -> list[bool]:
+    """Pretend the model is on a GPU as far as the cuDNN switch goes, and record the flag at
+    every SDPA call (forward, and the ones checkpointing runs again in the backward)."""
+    from areno_core.accel import attention
+    from areno_core.train import update
+
+    seen: list[bool] = []
+    real_sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def sdpa(*args, **kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return real_sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa)
+    monkeypatch.setattr(
+        update, "sdpa_without_cudnn", lambda device: attention.sdpa_without_cudnn("cuda")
+    )
+    return seen
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_train_keeps_cudnn_attention_off_in_every_forward_and_backward(monkeypatch, packed):
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    try:
+        seen = _record_cudnn_flag_at_each_sdpa_call(monkeypatch)
+        model = TrainableModel.from_ckpt("random:qwen3-tiny", seed=0)
+        backend = LocalBackend(packed_forward=packed)
+        backend.train(model, ROWS, algorithm="sft", mini_bs=2, activation_checkpointing=True)
+        assert seen and not any(seen)
+        assert torch.backends.cuda.cudnn_sdp_enabled()  # put back after the step
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)

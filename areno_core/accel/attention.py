@@ -10,11 +10,21 @@ loaded with the chosen kernels, and the native rollout engine uses the same choi
 With flash-attn, training microbatches are packed: the rows' tokens are laid end to end in
 one row, with position ids restarting at each row, so no compute is spent on padding (see
 :func:`areno_core.train.forward.policy_outputs`).
+
+On a CUDA GPU, :func:`sdpa_without_cudnn` keeps torch's SDPA off its cuDNN kernels while areno
+trains, scores or samples. torch 2.11 picks cuDNN's attention first on Hopper GPUs, and each
+call of it spent 1.5 to 12 ms of host time (building or looking up cuDNN's plan for the
+shapes) for 50 to 130 us of GPU work, measured on an H200 with a Qwen3-0.6B-shaped model,
+where it made the GRPO update wait on the CPU (docs/gpu.md). Training microbatches change
+shape at every step, so those plans are rarely reused. torch's other SDPA kernels (flash,
+memory-efficient, math) stay as the user has set them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -79,6 +89,22 @@ def uses_flash(model: Any) -> bool:
     return attention_of(model) == FLASH
 
 
+@contextlib.contextmanager
+def sdpa_without_cudnn(device: str | torch.device) -> Iterator[None]:
+    """Inside, torch's SDPA does not choose its cuDNN kernels when ``device`` is a CUDA device
+    (the module docstring says why); the setting before is restored on exit. On other devices
+    it changes nothing."""
+    if torch.device(device).type != "cuda":
+        yield
+        return
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+
 __all__ = [
     "FLASH",
     "FLASH_MIN_CAPABILITY",
@@ -86,5 +112,6 @@ __all__ = [
     "attention_of",
     "choose_attention",
     "flash_unavailable_reason",
+    "sdpa_without_cudnn",
     "uses_flash",
 ]

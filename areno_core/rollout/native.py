@@ -60,7 +60,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache
 
-from areno_core.accel.attention import FLASH, attention_of, choose_attention
+from areno_core.accel.attention import FLASH, attention_of, choose_attention, sdpa_without_cudnn
 from areno_core.contracts.engine import EngineOptions
 from areno_core.errors import ConfigError, NotAvailableError
 from areno_core.log import get_logger, warn_once
@@ -411,7 +411,7 @@ class NativeEngine:
         try:
             if switch:
                 model.set_attn_implementation(self.attn_implementation)
-            with torch.inference_mode():
+            with torch.inference_mode(), sdpa_without_cudnn(_model_device(model)):
                 yield
         finally:
             if switch:

@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 import torch
 
+from areno_core.accel.attention import sdpa_without_cudnn
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.model import TrainableModel
 from areno_core.train.batching import (
@@ -97,26 +98,28 @@ class Updater:
     ) -> torch.Tensor:
         """Per-token logprobs of the frozen reference over ``batch`` ([B, T], on the CPU)."""
         reference = model.ensure_reference()
-        return self.placement.score(
-            batch,
-            plan,
-            model.device,
-            lambda mb: self.outputs(reference, mb, temperature=temperature)["logprobs"],
-        )
+        with sdpa_without_cudnn(model.device):
+            return self.placement.score(
+                batch,
+                plan,
+                model.device,
+                lambda mb: self.outputs(reference, mb, temperature=temperature)["logprobs"],
+            )
 
     def outputs(
         self, model: Any, mb: dict[str, Any], *, temperature: float, need_entropy: bool = False
     ) -> dict[str, torch.Tensor]:
         """:func:`policy_outputs` with this backend's forward settings (prefix sharing,
-        packing)."""
-        return policy_outputs(
-            model,
-            mb,
-            temperature=temperature,
-            need_entropy=need_entropy,
-            share_prefix=self.share_prefix,
-            packed=self.packed_forward,
-        )
+        packing), cuDNN attention off on a GPU (:func:`sdpa_without_cudnn`)."""
+        with sdpa_without_cudnn(mb["input_ids"].device):
+            return policy_outputs(
+                model,
+                mb,
+                temperature=temperature,
+                need_entropy=need_entropy,
+                share_prefix=self.share_prefix,
+                packed=self.packed_forward,
+            )
 
     def run(
         self,
@@ -131,7 +134,33 @@ class Updater:
         proximal_logprobs: str = "recompute",
     ) -> dict[str, float]:
         """Score the batch (reference, proximal policy, critic, advantages), then take each
-        optimizer step of the trainer step over its microbatches; the step's metrics."""
+        optimizer step of the trainer step over its microbatches; the step's metrics. On a GPU
+        the backward passes (and the forwards that activation checkpointing runs again in
+        them) keep off cuDNN attention too (:func:`sdpa_without_cudnn`)."""
+        with sdpa_without_cudnn(model.device):
+            return self._run(
+                model,
+                prepared,
+                mini_bs=mini_bs,
+                accumulation=accumulation,
+                grad_clip_norm=grad_clip_norm,
+                temperature=temperature,
+                train_actor=train_actor,
+                proximal_logprobs=proximal_logprobs,
+            )
+
+    def _run(
+        self,
+        model: TrainableModel,
+        prepared: Prepared,
+        *,
+        mini_bs: int,
+        accumulation: int | None,
+        grad_clip_norm: float,
+        temperature: float,
+        train_actor: bool,
+        proximal_logprobs: str,
+    ) -> dict[str, float]:
         batch = collate(prepared.trajectories, model.pad_id)
         scored = self._score_batch(model, prepared, batch, mini_bs, temperature, proximal_logprobs)
         batch = scored.batch

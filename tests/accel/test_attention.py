@@ -15,6 +15,7 @@ from areno_core.accel.attention import (
     NATIVE,
     choose_attention,
     flash_unavailable_reason,
+    sdpa_without_cudnn,
 )
 
 
@@ -96,3 +97,51 @@ def test_choose_attention_fallback_warns_once_with_the_reason(fake_gpu, caplog):
 def test_choose_attention_rejects_unknown_backend():
     with pytest.raises(ValueError, match="--attn-backend must be one of flash, native"):
         choose_attention("xformers", "cpu", torch.float32)
+
+
+@pytest.fixture
+def cudnn_sdpa_flag():
+    """The process-wide cuDNN SDPA flag, put back as it was after the test."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    yield
+    torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_sdpa_without_cudnn_turns_cudnn_off_on_a_gpu_and_puts_it_back(cudnn_sdpa_flag):
+    backends = torch.backends.cuda
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    others = (backends.flash_sdp_enabled(), backends.mem_efficient_sdp_enabled())
+    with sdpa_without_cudnn("cuda:0"):
+        assert not backends.cudnn_sdp_enabled()
+        assert (backends.flash_sdp_enabled(), backends.mem_efficient_sdp_enabled()) == others
+    assert backends.cudnn_sdp_enabled()
+    with pytest.raises(KeyError), sdpa_without_cudnn(torch.device("cuda")):
+        raise KeyError("raised inside")
+    assert backends.cudnn_sdp_enabled()
+    with sdpa_without_cudnn("cpu"):
+        assert backends.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)  # a user who turned it off keeps it off
+    with sdpa_without_cudnn("cuda"):
+        pass
+    assert not backends.cudnn_sdp_enabled()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_training_forward_and_backward_on_a_gpu_run_no_cudnn_attention():
+    from torch.profiler import ProfilerActivity, profile
+
+    from areno_core.models.scratch import build_random_model
+    from areno_core.train.forward import policy_outputs
+
+    model = build_random_model("random:qwen3-tiny", dtype=torch.bfloat16).to("cuda").train()
+    model.set_attn_implementation(NATIVE)
+    ids = torch.randint(3, model.config.vocab_size, (4, 48), device="cuda")
+    mask = torch.ones_like(ids)
+    mask[1:, 40:] = 0
+    batch = {"input_ids": ids, "attention_mask": mask, "loss_mask": mask.float()}
+    with profile(activities=[ProfilerActivity.CPU]) as prof, sdpa_without_cudnn("cuda"):
+        policy_outputs(model, batch)["logprobs"].sum().backward()
+    names = {event.key for event in prof.key_averages()}
+    assert any("attention" in name for name in names), sorted(names)
+    assert not [name for name in names if "cudnn_attention" in name]

@@ -306,3 +306,31 @@ def test_probe_memory_builds_the_cache_of_a_whole_row_without_touching_stats(
     assert engine.options.max_running is None  # the probe's concurrency was temporary
     with pytest.raises(ValueError, match="must be >= 1"):
         engine.probe_memory(0, prompt_tokens=10, context_tokens=300, sampling=SamplingParams())
+
+
+def test_generate_keeps_cudnn_attention_off_on_a_gpu(
+    model: Qwen3ForCausalLM, prompts: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from areno_core.accel import attention
+    from areno_core.rollout import native
+
+    seen: list[bool] = []
+    real_sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def sdpa(*args: object, **kwargs: object) -> torch.Tensor:
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return real_sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa)
+    # The switch as it acts on a GPU (on a CPU it leaves the flag alone).
+    monkeypatch.setattr(
+        native, "sdpa_without_cudnn", lambda device: attention.sdpa_without_cudnn("cuda")
+    )
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    try:
+        _engine(model).generate(prompts[:2], SamplingParams(max_new_tokens=4, greedy=True))
+        assert seen and not any(seen)
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
