@@ -56,6 +56,9 @@ if TYPE_CHECKING:
 
 logger = get_logger(__name__)
 
+# Device types whose auto ``packed_forward`` is the packed forward (see LocalBackend._packed).
+PACKED_BY_DEFAULT = frozenset({"cpu", "cuda"})
+
 
 class LocalBackend:
     """Trains in this process, on CPU or one GPU (see the module docstring).
@@ -106,14 +109,20 @@ class LocalBackend:
         return Updater(self.placement, self.share_prefix, self._packed())
 
     def _packed(self) -> bool:
-        """``packed_forward``, or for ``None`` (auto): packed on a CPU, where it was as fast or
-        faster on every measured shape (GRPO, SFT; and 4x less CPU time than the padded
-        forward on the GSM8K GRPO shape with activation checkpointing on, since only it still
-        shares prompts there; docs/performance.md); padded on GPUs, where it is not yet
-        measured against the padded forward."""
+        """``packed_forward``, or for ``None`` (auto): packed on the devices where it was
+        measured as fast or faster than the padded forward (docs/performance.md):
+
+        * a CPU, on every measured shape (GRPO, SFT; 4x less CPU time on the GSM8K GRPO shape
+          with activation checkpointing on, where only it still shares prompts);
+        * a CUDA GPU: on an H200 with a Qwen3-0.6B-shaped model in bfloat16, one GRPO
+          microbatch's forward and backward took 0.78x the padded forward's time with 0.69x
+          its peak memory, and 1.06x the time with 0.37x the memory under activation
+          checkpointing; whole GRPO steps took the same time (docs/gpu.md).
+
+        Other devices (MPS, XPU) keep the padded forward until it is measured there."""
         if self.packed_forward is not None:
             return self.packed_forward
-        return torch.device(self.device).type == "cpu"
+        return torch.device(self.device).type in PACKED_BY_DEFAULT
 
     def algorithm(self, algorithm: str | AlgorithmSpec) -> AlgorithmSpec:
         """The spec of ``algorithm`` (a registered name, or a spec used as it is)."""

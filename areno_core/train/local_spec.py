@@ -35,8 +35,8 @@ class LocalBackendConfig:
         "prompt shared by several rows run once, the output projection only where a loss "
         "token is predicted); other models run the transformers module. Models with "
         "flash-attn are packed either way. With activation checkpointing on, only this path "
-        "shares prompts: it checkpoints its own layers. Unset: auto, packed on a CPU, padded "
-        "on GPUs.",
+        "shares prompts: it checkpoints its own layers. Unset: auto, packed on a CPU and on "
+        "CUDA GPUs (where it was measured), padded on other devices.",
         default_text="auto",
         negatable=True,
     )
