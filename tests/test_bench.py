@@ -486,3 +486,43 @@ def test_watch_run_reads_the_cpu_time_at_each_logged_step_and_interrupts_once(tm
     a, b, cpu = common.steady_cpu(marks)
     # About 0.3 s of CPU a step; the step logged after SIGINT took none.
     assert 0.2 * (b - a - 1) <= cpu <= 0.3 * (b - a) + 0.3
+
+
+def test_train_forward_compares_padded_and_packed_on_one_microbatch(tmp_path) -> None:
+    out = tmp_path / "forward.json"
+    proc = bench(
+        "bench_train_forward.py", "--model", "random:qwen3-tiny", "--dtype", "bfloat16",
+        "--groups", "2", "--group-size", "3", "--prompt-tokens", "12",
+        "--completion-tokens", "16", "--reps", "2", "--cudnn-sdpa", "both", "--json", str(out),
+    )  # fmt: skip
+    result = json.loads(out.read_text())
+    sides = ["padded", "packed", "padded+cudnn", "packed+cudnn"]
+    assert list(result["runs"]) == sides and list(result["errors"]) == sides
+    assert result["rows"] == 6 and result["real_tokens"] < result["padded_tokens"]
+    for side in sides:
+        assert len(result["runs"][side]) == 2 and all(r["ms"] > 0 for r in result["runs"][side])
+        err = result["errors"][side]
+        # bfloat16 against float32 on the same weights: close, and not identical
+        assert 0 < err["logprob_err_mean"] <= err["logprob_err_max"] < 0.1
+        assert 0 < err["grad_rel_err"] < 0.1
+    assert "padded / packed time, paired:" in proc.stdout
+
+
+def test_train_forward_refuses_bad_arguments_before_building_a_model() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_train_forward.py"), "--groups", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "--groups 0: expected >= 1" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_train_forward.py"), "--device", "cuda:0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    import torch
+
+    if not torch.cuda.is_available():
+        assert proc.returncode != 0 and "sees no CUDA GPU" in proc.stderr
