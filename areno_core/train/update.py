@@ -348,19 +348,19 @@ class Updater:
         temperature: float,
     ) -> torch.Tensor:
         """The policy as it is now (the proximal policy) scored over the rows of ``plan``,
-        without gradients ([B, T] on the CPU; rows outside ``plan`` stay 0)."""
+        without gradients ([B, T] on the CPU; rows outside ``plan`` stay 0), through the same
+        forward as the update (:meth:`outputs`: packed where the update is packed)."""
         policy = model.policy
         was_training = policy.training
         policy.eval()
         try:
-            return self.placement.score(
-                batch,
-                plan,
-                model.device,
-                lambda mb: policy_outputs(
-                    policy, mb, temperature=temperature, share_prefix=self.share_prefix
-                )["logprobs"],
-            )
+            with sdpa_without_cudnn(model.device):
+                return self.placement.score(
+                    batch,
+                    plan,
+                    model.device,
+                    lambda mb: self.outputs(policy, mb, temperature=temperature)["logprobs"],
+                )
         finally:
             policy.train(was_training)
 

@@ -207,3 +207,28 @@ def test_recompute_scores_only_the_later_optimizer_steps_and_trains_as_a_full_pa
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
     # The second optimizer step really moved the ratio away from 1 (so it was scored right).
     assert reused["train/ratio_max"] > 1.0 + 1e-4 or reused["train/ratio_min"] < 1.0 - 1e-4
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_recompute_scores_the_proximal_policy_through_the_updates_forward(
+    model, monkeypatch, packed
+) -> None:
+    from areno_core.train import update
+
+    calls: list[tuple[bool, bool]] = []  # (packed, gradients recorded) per forward
+    real = update.policy_outputs
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs["packed"], torch.is_grad_enabled()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(update, "policy_outputs", spy)
+    model.optimizer_steps = 3
+    metrics = LocalBackend(packed_forward=packed).train(
+        model, stale_groups(model, version=1), algorithm="grpo", learning_rate=1e-3,
+        mini_bs=2, gradient_accumulation_steps=1, activation_checkpointing=False,
+    ).metrics  # fmt: skip
+    assert metrics["train/proximal_rows_scored"] == 2.0
+    scoring = [p for p, grad in calls if not grad]
+    assert scoring and all(p is packed for p in scoring)
+    assert all(p is packed for p, _ in calls)
