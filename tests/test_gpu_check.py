@@ -154,3 +154,12 @@ def test_steps_left_when_the_budget_is_spent_are_skipped_saying_so(tmp_path, mon
     steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
     assert [s["status"] for s in steps] == ["ok"] + ["skipped"] * (len(gpu_check.STEPS) - 1)
     assert steps[1]["reason"] == "the --budget-s of 10.1 s was spent"
+
+
+def test_gpu_tests_leave_out_the_tests_of_plugins_that_are_not_installed(monkeypatch):
+    # A plugin's conftest imports the plugin: collecting its tests without it fails the step.
+    monkeypatch.setattr(gpu_check, "importable", lambda module: module != "areno_sglang")
+    assert gpu_check.plugins_not_installed() == ["areno-sglang"]
+    files = gpu_check.gpu_test_files()
+    assert "tests/rollout/test_cuda_graphs.py" in files
+    assert not [f for f in files if f.startswith("plugins/areno-sglang/")]
