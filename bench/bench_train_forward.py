@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -293,6 +294,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
+    if args.device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", args.device):
+        parser.error(f"--device {args.device!r}: expected cpu, cuda or cuda:N")
     for name in ("groups", "group_size", "prompt_tokens", "completion_tokens", "reps", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: expected >= 1")

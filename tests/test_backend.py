@@ -290,7 +290,7 @@ def _record_cudnn_flag_at_each_sdpa_call(monkeypatch) -> list[bool]:
     """Pretend the model is on a GPU as far as the cuDNN switch goes, and record the flag at
     every SDPA call (forward, and the ones checkpointing runs again in the backward)."""
     from areno_core.accel import attention
-    from areno_core.train import update
+    from areno_core.train import local, update
 
     seen: list[bool] = []
     real_sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -300,9 +300,10 @@ def _record_cudnn_flag_at_each_sdpa_call(monkeypatch) -> list[bool]:
         return real_sdpa(*args, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa)
-    monkeypatch.setattr(
-        update, "sdpa_without_cudnn", lambda device: attention.sdpa_without_cudnn("cuda")
-    )
+    for module in (local, update):
+        monkeypatch.setattr(
+            module, "sdpa_without_cudnn", lambda device: attention.sdpa_without_cudnn("cuda")
+        )
     return seen
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import torch
 
+from areno_core.accel.attention import sdpa_without_cudnn
 from areno_core.accel.precision import resolve_run_dtype
 from areno_core.algorithm import AlgorithmSpec
 from areno_core.config import default_of
@@ -212,16 +213,19 @@ class LocalBackend:
         )
         metrics: dict[str, float] = {}
         if prepared.trajectories:
-            metrics = self._updater.run(
-                model,
-                prepared,
-                mini_bs=mini_bs,
-                accumulation=gradient_accumulation_steps,
-                grad_clip_norm=grad_clip_norm,
-                temperature=temperature,
-                train_actor=model.step >= critic_warmup_steps or "critic" not in spec.roles,
-                proximal_logprobs=proximal_logprobs,
-            )
+            # On a GPU the backward passes (and the forwards that activation checkpointing
+            # repeats in them) keep off cuDNN attention too, not only the forwards.
+            with sdpa_without_cudnn(model.device):
+                metrics = self._updater.run(
+                    model,
+                    prepared,
+                    mini_bs=mini_bs,
+                    accumulation=gradient_accumulation_steps,
+                    grad_clip_norm=grad_clip_norm,
+                    temperature=temperature,
+                    train_actor=model.step >= critic_warmup_steps or "critic" not in spec.roles,
+                    proximal_logprobs=proximal_logprobs,
+                )
         else:
             logger.warning("step %d: no trainable rows; nothing was updated", model.step + 1)
         model.step += 1

@@ -134,33 +134,7 @@ class Updater:
         proximal_logprobs: str = "recompute",
     ) -> dict[str, float]:
         """Score the batch (reference, proximal policy, critic, advantages), then take each
-        optimizer step of the trainer step over its microbatches; the step's metrics. On a GPU
-        the backward passes (and the forwards that activation checkpointing runs again in
-        them) keep off cuDNN attention too (:func:`sdpa_without_cudnn`)."""
-        with sdpa_without_cudnn(model.device):
-            return self._run(
-                model,
-                prepared,
-                mini_bs=mini_bs,
-                accumulation=accumulation,
-                grad_clip_norm=grad_clip_norm,
-                temperature=temperature,
-                train_actor=train_actor,
-                proximal_logprobs=proximal_logprobs,
-            )
-
-    def _run(
-        self,
-        model: TrainableModel,
-        prepared: Prepared,
-        *,
-        mini_bs: int,
-        accumulation: int | None,
-        grad_clip_norm: float,
-        temperature: float,
-        train_actor: bool,
-        proximal_logprobs: str,
-    ) -> dict[str, float]:
+        optimizer step of the trainer step over its microbatches; the step's metrics."""
         batch = collate(prepared.trajectories, model.pad_id)
         scored = self._score_batch(model, prepared, batch, mini_bs, temperature, proximal_logprobs)
         batch = scored.batch
