@@ -97,14 +97,24 @@ class Updater:
         temperature: float,
     ) -> torch.Tensor:
         """Per-token logprobs of the frozen reference over ``batch`` ([B, T], on the CPU)."""
-        reference = model.ensure_reference()
-        with sdpa_without_cudnn(model.device):
-            return self.placement.score(
-                batch,
-                plan,
-                model.device,
-                lambda mb: self.outputs(reference, mb, temperature=temperature)["logprobs"],
-            )
+        return self._logprobs(model.ensure_reference(), batch, plan, model.device, temperature)
+
+    def _logprobs(
+        self,
+        module: Any,
+        batch: dict[str, Any],
+        plan: list[list[int]],
+        device: torch.device,
+        temperature: float,
+    ) -> torch.Tensor:
+        """``module``'s per-token log-probabilities over the rows of ``plan`` (through
+        :meth:`outputs`), without gradients ([B, T] on the CPU)."""
+        return self.placement.score(
+            batch,
+            plan,
+            device,
+            lambda mb: self.outputs(module, mb, temperature=temperature)["logprobs"],
+        )
 
     def outputs(
         self, model: Any, mb: dict[str, Any], *, temperature: float, need_entropy: bool = False
@@ -328,13 +338,7 @@ class Updater:
         was_training = policy.training
         policy.eval()
         try:
-            with sdpa_without_cudnn(model.device):
-                return self.placement.score(
-                    batch,
-                    plan,
-                    model.device,
-                    lambda mb: self.outputs(policy, mb, temperature=temperature)["logprobs"],
-                )
+            return self._logprobs(policy, batch, plan, model.device, temperature)
         finally:
             policy.train(was_training)
 
