@@ -60,8 +60,10 @@ demo() {
   rm -rf "$run"
   # The thread count changes the order of floating-point sums and so, after hundreds of
   # sampled steps, the accuracies; pinning it makes the README's numbers reproducible on any
-  # machine with the same kind of CPU and torch build.
-  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+  # machine with the same kind of CPU and torch build. One thread: this model's matrices are
+  # too small for a second one to pay (2 threads took 3 min 49 s against 2 min 09-25 s on the
+  # 2-core development machine, docs/performance.md).
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
   areno train --algo gspo --recipe math/arith --save-path "$run" "$@"
   "$PY" -m areno_recipes_math.plot "$run" --label gspo --window 20 --out "$run/reward.png"
 }
