@@ -186,12 +186,12 @@ def gpu_test_files() -> list[str]:
     still runs every GPU test. A plugin's tests are left out when the plugin is not installed
     (:func:`plugins_not_installed`): its test folder imports it."""
     missing = set(plugins_not_installed())
+    return [str(f.relative_to(REPO)) for f in _marked_files() if _plugin_of(f) not in missing]
+
+
+def _marked_files() -> list[Path]:
     files = sorted([*REPO.glob("tests/**/test_*.py"), *REPO.glob("plugins/*/tests/**/test_*.py")])
-    return [
-        str(f.relative_to(REPO))
-        for f in files
-        if "mark.gpu" in f.read_text() and _plugin_of(f) not in missing
-    ]
+    return [f for f in files if "mark.gpu" in f.read_text()]
 
 
 def plugins_not_installed() -> list[str]:
@@ -221,17 +221,12 @@ def gpu_tests(ctx: Context) -> StepResult:
     counts = junit_counts(report) if report.is_file() else {}
     status = "ok" if proc.returncode == 0 else "failed"
     reason = "" if status == "ok" else "see gpu_tests.log"
-    left_out = [p for p in plugins_not_installed() if _has_gpu_tests(p)]
+    marked = {_plugin_of(f) for f in _marked_files()}
+    left_out = [p for p in plugins_not_installed() if p in marked]
     if left_out:
         note = f"not installed, their gpu tests not run: {', '.join(left_out)}"
         reason = f"{reason}; {note}" if reason else note
     return StepResult("gpu_tests", status, seconds, reason, counts)
-
-
-def _has_gpu_tests(plugin: str) -> bool:
-    return any(
-        "mark.gpu" in f.read_text() for f in REPO.glob(f"plugins/{plugin}/tests/**/test_*.py")
-    )
 
 
 def junit_counts(path: Path) -> dict[str, float]:
